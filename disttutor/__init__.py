@@ -1,0 +1,22 @@
+"""disttutor: a hands-on course on PyTorch distributed training.
+
+Notebooks use a few names from here; importing this package does not import
+torch (the launcher runs torch in subprocesses only).
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .launch import free_port, launch, resolve_program  # noqa: E402
+from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RankResult, RunResult  # noqa: E402
+
+
+def doctor(**kwargs):
+    """Check this machine: torch, cores, GPUs, built backends, a 2-rank all-reduce."""
+    from .doctor import doctor as _doctor
+
+    return _doctor(**kwargs)
+
+
+__all__ = ["launch", "doctor", "free_port", "resolve_program", "RunResult", "RankResult",
+           "LaunchError", "LaunchTimeout", "LaunchInterrupted", "__version__"]

@@ -1,0 +1,122 @@
+"""The one thin adapter between a learner's code and the ranks that check it.
+
+Notebook side: :func:`write_exercise` turns a function defined in a cell (or a
+path to a ``.py`` file, or a source string) into a module file in the run
+directory. Rank side: :func:`load_exercise` imports that file and returns the
+function. Then :func:`run_check` launches a checker program and turns what
+the ranks reported into a :class:`CheckResult` that says, in words, which
+rank and what went wrong. Introduced in chapter 2 (the ring all-reduce).
+
+A checker program reports per rank::
+
+    runtime.report(passed=False, problem="rank 2, chunk 1: expected 6.0, got 4.0")
+and is launched with ``--source PATH --name FUNC``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import tempfile
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Prepended to learner source so a cell's function works without its own imports.
+HEADER = "import math\nimport torch\nimport torch.distributed as dist\n\n"
+
+
+def to_source(obj: Callable | str) -> str:
+    """Source text of a function (also one defined in a notebook cell), a file path, or source."""
+    if callable(obj):
+        try:
+            return textwrap.dedent(inspect.getsource(obj))
+        except (OSError, TypeError) as e:
+            raise TypeError(f"cannot read the source of {obj!r} ({e}); define it with `def` in a cell") from e
+    if isinstance(obj, str) and obj.endswith(".py") and os.path.isfile(obj):
+        with open(obj) as f:
+            return f.read()
+    if isinstance(obj, str) and "def " in obj:
+        return obj
+    raise TypeError(f"expected a function, a .py path or source text, got {type(obj).__name__}")
+
+
+def write_exercise(obj: Callable | str, directory: str | None = None) -> str:
+    """Write learner code to ``directory/exercise.py`` and return the path."""
+    directory = directory or tempfile.mkdtemp(prefix="disttutor-ex-")
+    path = os.path.join(directory, "exercise.py")
+    with open(path, "w") as f:
+        f.write(HEADER + to_source(obj))
+    return path
+
+
+def load_exercise(path: str, name: str) -> Callable:
+    """Rank side: import ``path`` as a fresh module and return ``name`` from it."""
+    spec = importlib.util.spec_from_file_location(f"disttutor_exercise_{os.getpid()}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    try:
+        return getattr(mod, name)
+    except AttributeError:
+        raise AttributeError(f"the exercise code defines no function named {name!r}") from None
+
+
+def function_name(obj: Callable | str, default: str) -> str:
+    return getattr(obj, "__name__", default) if callable(obj) else default
+
+
+@dataclass
+class CheckResult:
+    """What a checker found, rank by rank, in words."""
+
+    exercise: str
+    passed: bool
+    problems: list[str] = field(default_factory=list)
+    details: list[dict[str, Any]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        if self.passed:
+            return f"Exercise {self.exercise}: passed ✓"
+        return f"Exercise {self.exercise}: not passed yet ✗\n" + "\n".join(f"  - {p}" for p in self.problems)
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython shows the words, not a dataclass dump
+        p.text(str(self))
+
+    def raise_if_failed(self) -> "CheckResult":
+        if not self.passed:
+            raise AssertionError(str(self))
+        return self
+
+
+def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc: int = 2,
+              args: dict[str, Any] | None = None, timeout: float = 60.0, **launch_kw: Any) -> CheckResult:
+    """Launch ``checker`` (a program module) on ``nproc`` ranks against the learner's code.
+
+    A stub (``raise NotImplementedError("Exercise ...")``), a crash, a hang or a
+    wrong answer all come back as a failed :class:`CheckResult` with a message,
+    never as a frozen cell or a deep traceback.
+    """
+    from ..launch import launch
+
+    path = write_exercise(obj)
+    res = launch(checker, nproc, {"source": path, "name": name, **(args or {})}, timeout=timeout,
+                 check=False, stream=False, **launch_kw)
+    problems: list[str] = []
+    for r in res.ranks:
+        rep = r.results
+        if r.status == "ok" and rep.get("passed"):
+            continue
+        if r.status == "ok":
+            problems.append(f"rank {r.rank}: {rep.get('problem', 'wrong result')}")
+        elif r.error and "NotImplementedError" in r.error:
+            problems.append(f"rank {r.rank}: still a stub -- {r.error.split('NotImplementedError:')[-1].strip()}")
+        else:
+            problems.append(f"rank {r.rank}: {r.status} -- {r.error}")
+    if res.outcome == "timeout":
+        problems.insert(0, f"the check did not finish within {timeout:g}s: a rank is probably waiting for a "
+                           "message that is never sent (check that every send has a matching recv)")
+    # Show each distinct problem once (a stub fails identically on every rank).
+    seen: dict[str, None] = {}
+    for p in problems:
+        seen.setdefault(p.split(": ", 1)[1] if p.startswith("rank ") and "still a stub" in p else p, None)
+    return CheckResult(exercise, res.ok and not problems, list(seen), [r.results for r in res.ranks])

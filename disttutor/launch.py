@@ -1,0 +1,396 @@
+"""Outside the ranks: run a worker program under torchrun from a notebook cell.
+
+Introduced in chapter 0. :func:`launch` starts ``python -m torch.distributed.run``
+as a *subprocess* (never a fork of the kernel: forking a process that has run
+torch ops can deadlock in OpenMP/glibc locks), streams every rank's output into
+the cell as it happens, and returns a :class:`RunResult` with per-rank status
+and the data each rank sent with :func:`disttutor.runtime.report`.
+
+Whatever happens -- a hung collective, a crashed rank, the cell interrupted,
+the kernel SIGKILLed -- the whole process tree goes away:
+
+* torchrun runs in its own session and gets ``PR_SET_PDEATHSIG=SIGTERM`` (Linux),
+  so it stops its workers when the kernel dies; workers in turn are tied to
+  torchrun by the runtime;
+* on timeout or interrupt the launcher terminates torchrun (which forwards the
+  signal to its workers), then SIGKILLs anything left of the tree.
+
+This module does not import torch (a launch costs no extra 2-3 s of import).
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RankResult, RunResult
+
+__all__ = ["launch", "resolve_program", "free_port", "max_procs"]
+
+# torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
+_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
+# torch's own excepthook adds "[rankN]:" to traceback lines; one prefix is enough.
+_TORCH_PREFIX = re.compile(r"^\[rank\d+\]:")
+# torchrun's failure summary ("rank : 1 (local_rank: 1)" / "exitcode : -9 (pid: 12)").
+_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
+_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+_OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout", "env",
+            "threads", "stream", "check", "run_dir", "max_procs_override")
+
+
+def max_procs() -> int:
+    """The most ranks one launch may start on this machine (CPU ranks share cores)."""
+    return max(8, 2 * (os.cpu_count() or 1))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the OS says is free right now (never a hard-coded one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def resolve_program(program: str) -> tuple[str, list[str]]:
+    """``"hello"`` -> ``disttutor.programs.hello``; a path -> that script.
+
+    Returns a display name and the torchrun arguments that run it.
+    """
+    if not isinstance(program, (str, os.PathLike)) or not str(program).strip():
+        raise ValueError(f"program must be a module name or a script path, got {program!r}")
+    program = str(program)
+    if program.endswith(".py") or os.sep in program or "/" in program:
+        path = os.path.abspath(program)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"program {program!r}: no such script ({path})")
+        return program, [path]
+    module = program if "." in program else f"disttutor.programs.{program}"
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        hint = ""
+        if "." not in program:
+            names = _program_names()
+            close = difflib.get_close_matches(program, names, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else f" Known programs: {', '.join(names)}."
+        raise FileNotFoundError(f"program {program!r}: no module {module!r}.{hint}")
+    return module, ["-m", module]
+
+
+def _program_names() -> list[str]:
+    here = os.path.join(os.path.dirname(__file__), "programs")
+    return sorted(f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_"))
+
+
+def _as_argv(args: Sequence[Any] | Mapping[str, Any] | None) -> list[str]:
+    """``{"steps": 3, "hang": True}`` -> ``["--steps", "3", "--hang"]``."""
+    if args is None:
+        return []
+    if isinstance(args, str):
+        raise TypeError("args must be a list of strings or a dict of options, not a single string")
+    if isinstance(args, Mapping):
+        argv: list[str] = []
+        for k, v in args.items():
+            flag = "--" + str(k).replace("_", "-")
+            if v is True:
+                argv.append(flag)
+            elif v is False or v is None:
+                continue
+            elif isinstance(v, (list, tuple)):
+                argv += [flag, *map(str, v)]
+            else:
+                argv += [flag, str(v)]
+        return argv
+    return [str(a) for a in args]
+
+
+def _validate(nproc: Any, nnodes: Any, backend: Any, timeout: Any, env: Any, threads: Any,
+              limit: int) -> None:
+    def _int(name: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an integer, got {v!r}")
+        return v
+
+    nproc, nnodes = _int("nproc", nproc), _int("nnodes", nnodes)
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    if nnodes < 1:
+        raise ValueError(f"nnodes must be at least 1, got {nnodes}")
+    if nproc * nnodes > limit:
+        raise ValueError(
+            f"{nproc * nnodes} processes is too many for this machine ({os.cpu_count()} CPU cores; at most "
+            f"{limit} per launch). Use fewer ranks, or pass max_procs_override= if you really mean it."
+        )
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl":
+        import torch  # only here: checking GPUs needs torch
+
+        n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n_gpu < nproc:
+            raise ValueError(f"backend='nccl' needs one GPU per rank: nproc={nproc}, GPUs available={n_gpu}. "
+                             "Use backend='auto' (picks gloo on CPU) or fewer ranks.")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if env is not None and (not isinstance(env, Mapping)
+                            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise TypeError("env must be a dict of str -> str")
+    _int("threads", threads)
+
+
+def _torchrun_argv(target: list[str], argv: list[str], nproc: int, nnodes: int, node: int,
+                   port: int, run_id: str, log_dir: str) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run",
+           f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
+           # c10d rendezvous on loopback: nothing listens on a public interface
+           # for a one-machine job, and the OS-chosen port lets launches overlap.
+           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
+           "--local-addr=127.0.0.1",
+           "--max-restarts=0", "--monitor-interval=0.1",
+           # --tee gives every worker line a "[defaultN]:" prefix we route by rank.
+           "--tee=3", f"--log-dir={log_dir}"]
+    if nnodes > 1:
+        cmd.append(f"--node-rank={node}")
+    return cmd + target + argv
+
+
+def _preexec() -> None:  # runs in the child between fork and exec
+    _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: torchrun stops its workers if we die
+
+
+def _make_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _make_prctl()
+
+
+def _pump(idx: int, stream, q: "queue.Queue[tuple[int, str | None]]") -> None:
+    for line in iter(stream.readline, ""):
+        q.put((idx, line.rstrip("\r\n")))
+    q.put((idx, None))
+
+
+def _tree(pids: Iterable[int]):
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            procs += [p, *p.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return procs
+
+
+def kill_tree(pids: Iterable[int], grace: float = 3.0) -> int:
+    """SIGTERM torchrun agents (they forward it to workers), then SIGKILL what is left.
+
+    Returns how many processes had to be SIGKILLed.
+    """
+    import psutil
+
+    pids = list(pids)
+    victims = _tree(pids)  # snapshot first: workers live in their own sessions
+    for p in victims:
+        if p.pid in pids:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+    _, alive = psutil.wait_procs(victims, timeout=grace)
+    for p in alive + [q for q in _tree(pids) if q not in victims]:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return len(alive)
+
+
+def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any] | None = None, *,
+           nnodes: int = 1, backend: str = "auto", timeout: float = 120.0,
+           collective_timeout: float | None = None, env: Mapping[str, str] | None = None,
+           threads: int = 1, stream: bool = True, check: bool = True, run_dir: str | None = None,
+           max_procs_override: int | None = None, **unknown: Any) -> RunResult:
+    """Run ``program`` on ``nproc`` ranks (x ``nnodes`` simulated nodes) under torchrun.
+
+    program: a program of :mod:`disttutor.programs` (``"hello"``), a module
+        (``"pkg.mod"``) or a script path (``"my_ddp.py"``).
+    args: the program's own arguments, a list or a dict (``{"steps": 3}`` -> ``--steps 3``).
+    nnodes: > 1 starts that many torchrun agents on loopback joined by c10d rendezvous.
+    backend: ``"auto"`` (NCCL when every rank has a GPU, else gloo), ``"gloo"`` or ``"nccl"``.
+    timeout: wall-clock seconds for the whole job; then every process is killed.
+    collective_timeout: seconds any one collective may wait (default: the runtime's 60 s).
+    threads: ``OMP_NUM_THREADS`` per rank (1 keeps CPU ranks from fighting over cores).
+    stream: print each rank's lines, prefixed ``[rank r]``, while it runs.
+    check: raise :class:`LaunchError` (naming ranks and their last lines) on failure.
+
+    Returns a :class:`RunResult`: ``.ok``, ``.ranks[r].status``, ``.results[r]``,
+    ``.logs[r]``, ``.wall_s``.
+    """
+    if unknown:
+        bad = ", ".join(unknown)
+        sugg = {k: difflib.get_close_matches(k, _OPTIONS, n=1) for k in unknown}
+        hint = "; ".join(f"{k} -> did you mean {v[0]!r}?" for k, v in sugg.items() if v)
+        raise TypeError(f"launch() got unknown option(s): {bad}. {hint} Valid options: {', '.join(_OPTIONS)}.")
+    _validate(nproc, nnodes, backend, timeout, env, threads, max_procs_override or max_procs())
+    name, target = resolve_program(program)
+    argv = _as_argv(args)
+
+    run_dir = run_dir or tempfile.mkdtemp(prefix="disttutor-run-")
+    os.makedirs(run_dir, exist_ok=True)
+    port, run_id = free_port(), os.path.basename(run_dir)
+    child_env = dict(os.environ)
+    child_env.update({
+        "OMP_NUM_THREADS": str(threads),   # also silences torchrun's OMP banner
+        "PYTHONUNBUFFERED": "1",           # lines reach the cell as they are printed
+        "DISTTUTOR_RUN_DIR": run_dir,
+        "DISTTUTOR_BACKEND": backend,
+        "TORCH_CPP_LOG_LEVEL": child_env.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
+    })
+    if collective_timeout is not None:
+        child_env["DISTTUTOR_COLLECTIVE_TIMEOUT"] = str(float(collective_timeout))
+    child_env.update(env or {})
+
+    q: queue.Queue[tuple[int, str | None]] = queue.Queue()
+    procs: list[subprocess.Popen] = []
+    logs: dict[tuple[int, int], list[str]] = {}
+    agent_log: list[str] = []
+    t0 = time.perf_counter()
+    outcome, err = "finished", None
+    try:
+        for node in range(nnodes):
+            cmd = _torchrun_argv(target, argv, nproc, nnodes, node, port, run_id, os.path.join(run_dir, "logs"))
+            p = subprocess.Popen(
+                cmd, env={**child_env, "DISTTUTOR_AGENT": str(node)}, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                start_new_session=True,  # a terminal's Ctrl-C reaches us, and we stop the tree in order
+                preexec_fn=_preexec if _PRCTL else None)
+            procs.append(p)
+            threading.Thread(target=_pump, args=(node, p.stdout, q), daemon=True).start()
+        open_streams, deadline = nnodes, t0 + timeout
+        while open_streams:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError
+            try:
+                node, line = q.get(timeout=min(left, 0.25))
+            except queue.Empty:
+                continue
+            if line is None:
+                open_streams -= 1
+                continue
+            m = _PREFIX.match(line)
+            if m is None:
+                agent_log.append(line if nnodes == 1 else f"[node {node}] {line}")
+                continue
+            local, text = int(m.group(1)), _TORCH_PREFIX.sub("", m.group(2), count=1)
+            logs.setdefault((node, local), []).append(text)
+            if stream:
+                label = f"rank {node * nproc + local}" if nnodes > 1 else f"rank {local}"
+                print(f"[{label}] {text}", flush=True)
+        for p in procs:
+            p.wait(timeout=max(0.1, deadline - time.perf_counter()))
+    except (TimeoutError, subprocess.TimeoutExpired):
+        outcome = "timeout"
+        kill_tree([p.pid for p in procs])
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+        kill_tree([p.pid for p in procs])
+    except BaseException:
+        kill_tree([p.pid for p in procs])
+        raise
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.wait()
+    result = _collect(name, nproc, nnodes, procs, logs, agent_log, run_dir, wall, outcome)
+    if outcome == "timeout":
+        err = LaunchTimeout(result, f"timed out after {timeout:g}s")
+    elif outcome == "interrupted":
+        err = LaunchInterrupted(result, "interrupted")
+    elif not result.ok and check:
+        err = LaunchError(result, "failed")
+    if err is not None and (check or outcome == "interrupted"):
+        raise err
+    return result
+
+
+def _collect(name, nproc, nnodes, procs, logs, agent_log, run_dir, wall, outcome) -> RunResult:
+    reports: dict[int, dict] = {}
+    for fn in os.listdir(run_dir):
+        if re.fullmatch(r"rank\d+\.json", fn):
+            with open(os.path.join(run_dir, fn)) as f:
+                rep = json.load(f)
+            reports[rep["rank"]] = rep
+    # torchrun's own failure summary names ranks that died without a report.
+    exitcodes: dict[int, int] = {}
+    pending = None
+    for line in agent_log:
+        text = line.split("] ", 1)[1] if line.startswith("[node ") else line
+        if (m := _SUMMARY_RANK.match(text)):
+            pending = int(m.group(1))
+        elif pending is not None and (m := _SUMMARY_EXIT.match(text)):
+            exitcodes[pending] = int(m.group(1))
+            pending = None
+    world = nproc * nnodes
+    # Global rank of each (node, local) stream: from the reports when present.
+    where = {(int(r.get("agent", 0)), r["local_rank"]): k for k, r in reports.items()}
+    by_rank: dict[int, list[str]] = {}
+    for (node, local), lines in logs.items():
+        by_rank[where.get((node, local), node * nproc + local)] = lines
+    rcs = [p.returncode for p in procs]
+    ranks = []
+    for r in range(world):
+        rep = reports.get(r)
+        status, error = "ok", None
+        if rep is not None and rep["status"] == "running" and r in exitcodes and outcome == "finished":
+            status, error = "error", _exit_text(exitcodes[r])  # died hard mid-run (no chance to report)
+        elif rep is not None:
+            status, error = rep["status"], rep.get("error")
+            if status == "running":
+                status = {"timeout": "stuck", "interrupted": "interrupted"}.get(outcome, "stopped")
+                error = {"stuck": "still running when the launch timed out",
+                         "interrupted": "still running when the cell was interrupted",
+                         "stopped": "still running when torchrun stopped the job (another rank failed)"}[status]
+        elif outcome != "finished":
+            status, error = ("stuck" if outcome == "timeout" else "interrupted"), "no report (still starting?)"
+        elif r in exitcodes:
+            status, error = "error", _exit_text(exitcodes[r])
+        elif any(rc != 0 for rc in rcs):
+            status, error = "stopped", "stopped by torchrun (another rank failed)"
+        ranks.append(RankResult(rank=r, status=status, error=error, results=(rep or {}).get("results", {}),
+                                log=by_rank.get(r, []), info={k: v for k, v in (rep or {}).items()
+                                                             if k not in ("results", "status", "error")}))
+    return RunResult(program=name, nproc=nproc, nnodes=nnodes, returncode=max(rcs, key=abs) if rcs else -1,
+                     wall_s=wall, ranks=ranks, agent_log=agent_log, run_dir=run_dir, outcome=outcome)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"died with exit code {code} before reporting"

@@ -1,0 +1,272 @@
+"""Inside a rank: torchrun's environment, backend/device choice, process-group
+setup and teardown, rank-aware printing, and results sent back as data.
+
+Introduced in chapter 0. Every worker program in :mod:`disttutor.programs`
+follows the same shape::
+
+    from disttutor import runtime
+
+    def main(argv=None):
+        cfg = parse(argv)                      # argparse only here
+        with runtime.setup() as ctx:           # env -> backend/device -> group
+            x = torch.ones(3, device=ctx.device) * ctx.rank
+            dist.all_reduce(x)
+            runtime.report(total=x.tolist())   # -> run_dir/rank{r}.json
+        # the group is destroyed here, even after an exception
+
+This module is the *only* place in the package that creates or destroys the
+default process group. It knows nothing about Jupyter: the run directory
+(``DISTTUTOR_RUN_DIR``, set by :func:`disttutor.launch`) is the one channel
+back to the notebook.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+# Collectives that wait longer than this fail instead of hanging. Gloo's
+# default is 30 minutes, far too long for a learner staring at a cell.
+DEFAULT_COLLECTIVE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """What torchrun tells each worker through environment variables."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    group_rank: int  # index of this node (torchrun agent) in the job
+    master_addr: str
+    master_port: int
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str] | None = None) -> "DistEnv":
+        e = os.environ if environ is None else environ
+        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in e]
+        if missing:
+            raise RuntimeError(
+                f"not running under torchrun: {', '.join(missing)} unset. Launch this program with "
+                "disttutor.launch(...) from a notebook, `disttutor run` or `torchrun`."
+            )
+        return cls(
+            rank=int(e["RANK"]),
+            local_rank=int(e.get("LOCAL_RANK", e["RANK"])),
+            world_size=int(e["WORLD_SIZE"]),
+            local_world_size=int(e.get("LOCAL_WORLD_SIZE", e["WORLD_SIZE"])),
+            group_rank=int(e.get("GROUP_RANK", "0")),
+            master_addr=e["MASTER_ADDR"],
+            master_port=int(e["MASTER_PORT"]),
+        )
+
+
+def pick_backend(requested: str | None, local_world_size: int, local_rank: int) -> tuple[str, torch.device]:
+    """NCCL + ``cuda:LOCAL_RANK`` when every local rank has its own GPU, else gloo + CPU.
+
+    ``requested`` ("nccl", "gloo", "auto" or None) overrides the choice; asking
+    for NCCL without enough GPUs is an error here rather than a hang later.
+    """
+    requested = (requested or os.environ.get("DISTTUTOR_BACKEND") or "auto").lower()
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    enough = n_gpu >= local_world_size and dist.is_nccl_available()
+    if requested == "auto":
+        requested = "nccl" if enough else "gloo"
+    if requested == "nccl":
+        if not enough:
+            raise RuntimeError(
+                f"backend 'nccl' needs one GPU per local rank ({local_world_size}); this machine has {n_gpu}"
+                + ("" if dist.is_nccl_available() else " and this torch build has no NCCL")
+            )
+        return "nccl", torch.device("cuda", local_rank)
+    if requested == "gloo":
+        return "gloo", torch.device("cpu")
+    raise ValueError(f"unknown backend {requested!r}: use 'auto', 'nccl' or 'gloo'")
+
+
+@dataclass
+class Context:
+    """What a rank needs to know inside ``with runtime.setup() as ctx``."""
+
+    env: DistEnv
+    backend: str
+    device: torch.device
+    timeout_s: float
+    results: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+
+_CTX: Context | None = None
+
+
+def _run_dir() -> str | None:
+    return os.environ.get("DISTTUTOR_RUN_DIR") or None
+
+
+def _write_report(ctx: Context, status: str, error: str | None = None) -> None:
+    """Write ``rank{r}.json`` atomically (the launcher may read it at any moment)."""
+    run_dir = _run_dir()
+    if run_dir is None:
+        return
+    payload = {
+        "rank": ctx.env.rank,
+        "local_rank": ctx.env.local_rank,
+        "group_rank": ctx.env.group_rank,
+        "world_size": ctx.env.world_size,
+        "backend": ctx.backend,
+        "device": str(ctx.device),
+        "pid": os.getpid(),
+        "agent": int(os.environ.get("DISTTUTOR_AGENT", "0")),  # which torchrun agent (simulated node)
+        "status": status,
+        "error": error,
+        "results": ctx.results,
+    }
+    path = os.path.join(run_dir, f"rank{ctx.env.rank}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, default=_jsonable)
+    os.replace(tmp, path)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return summarize(obj)
+    if isinstance(obj, torch.device | torch.dtype):
+        return str(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"report(): {type(obj).__name__} is not JSON-serialisable; report numbers, lists or summaries")
+
+
+def summarize(t: torch.Tensor) -> dict[str, Any]:
+    """A small, JSON-able fingerprint of a tensor: big tensors never leave the rank."""
+    c = t.detach().to("cpu").contiguous()
+    return {
+        "shape": list(c.shape),
+        "dtype": str(c.dtype).replace("torch.", ""),
+        "sum": float(c.double().sum()) if c.numel() else 0.0,
+        "sha1": hashlib.sha1(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"").hexdigest()[:12],
+    }
+
+
+def _tie_to_parent() -> None:
+    """Die with torchrun: if the agent is SIGKILLed, its workers would otherwise
+    live on in their own sessions, holding ports and CPU (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+    except OSError:
+        pass
+
+
+def _explain(exc: BaseException, timeout_s: float) -> str:
+    msg = f"{type(exc).__name__}: {exc}".strip()
+    low = msg.lower()
+    if "timed out" in low or "timeout" in low:
+        msg = (f"a collective waited more than {timeout_s:g}s for the other ranks (one of them never joined "
+               f"it, or died) -- {msg.splitlines()[0]}")
+    elif "connection closed by peer" in low or "connection reset" in low or "broken pipe" in low:
+        msg = f"another rank died in the middle of a collective -- {msg.splitlines()[0]}"
+    return msg
+
+
+@contextlib.contextmanager
+def setup(backend: str | None = None, timeout_s: float | None = None) -> Iterator[Context]:
+    """Initialise the default process group for this rank; always tear it down.
+
+    ``timeout_s`` (or ``DISTTUTOR_COLLECTIVE_TIMEOUT``) bounds every collective.
+    An exception inside the block is recorded in this rank's report (status
+    ``"error"``) and re-raised, so torchrun sees a failed rank.
+    """
+    global _CTX
+    env = DistEnv.from_environ()
+    _tie_to_parent()
+    timeout_s = float(timeout_s or os.environ.get("DISTTUTOR_COLLECTIVE_TIMEOUT") or DEFAULT_COLLECTIVE_TIMEOUT_S)
+    be, device = pick_backend(backend, env.local_world_size, env.local_rank)
+    ctx = Context(env=env, backend=be, device=device, timeout_s=timeout_s)
+    _CTX = ctx
+    _write_report(ctx, "running")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    try:
+        dist.init_process_group(
+            backend=be,
+            timeout=_dt.timedelta(seconds=timeout_s),
+            # NCCL binds the group to this device up front (no guessing later).
+            device_id=device if device.type == "cuda" else None,
+        )
+        yield ctx
+        _write_report(ctx, "ok")
+    except BaseException as exc:  # KeyboardInterrupt/SIGTERM too: the report says why we stopped
+        if isinstance(exc, SystemExit) and not exc.code:
+            _write_report(ctx, "ok")
+            raise
+        _write_report(ctx, "error", _explain(exc, timeout_s))
+        traceback.print_exc()
+        raise
+    finally:
+        _CTX = None
+        if dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+
+def context() -> Context:
+    """The active :class:`Context` (inside ``with setup()``)."""
+    if _CTX is None:
+        raise RuntimeError("no process group: call this inside `with runtime.setup() as ctx:`")
+    return _CTX
+
+
+def report(**values: Any) -> None:
+    """Send small, JSON-able values back to the launcher (merged per rank).
+
+    Tensors are summarised (shape, dtype, sum, hash); call it as often as you
+    like, the file is rewritten atomically each time.
+    """
+    ctx = context()
+    ctx.results.update(values)
+    _write_report(ctx, "running")
+
+
+def rank_print(*args: Any, **kwargs: Any) -> None:
+    """``print`` that flushes at once (the launcher prefixes the rank itself)."""
+    kwargs.setdefault("flush", True)
+    print(*args, **kwargs)
+
+
+def barrier_time() -> float:
+    """A wall-clock instant all ranks agree on to within one barrier's latency."""
+    dist.barrier()
+    return time.perf_counter()

@@ -1,0 +1,120 @@
+"""Build chapters from their sources and execute them, so they are committed *with* outputs.
+
+Each chapter's source is ``chapters/src/NN_topic.py`` in the "percent" format
+(readable by jupytext too)::
+
+    # %% [markdown]
+    # # A title
+    # Some *markdown*.
+
+    # %%
+    import disttutor
+
+    # %% tags=["nbval-check-output"]
+    print(result.table())
+
+This script turns it into ``chapters/NN_topic.ipynb`` and executes it top to
+bottom in a fresh kernel of the current environment (fixed seeds,
+``OMP_NUM_THREADS=1``), then strips volatile metadata. nbval compares
+nothing on a stripped notebook, so this is how every chapter's committed
+outputs are made. ``tests/test_notebooks.py`` checks that every committed
+notebook matches its source and carries outputs.
+
+    python3 course.py execute                      # all chapters
+    python3 course.py execute chapters/src/02_collectives.py
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CELL_TIMEOUT_S = 600
+_MARK = re.compile(r"^# %%(?P<md> \[markdown\])?(?: tags=(?P<tags>\[.*\]))?\s*$")
+
+
+def parse(text: str) -> list[dict]:
+    """Percent-format source -> list of {"type", "source", "tags"}."""
+    cells: list[dict] = []
+    for line in text.splitlines():
+        m = _MARK.match(line)
+        if m:
+            cells.append({"type": "markdown" if m.group("md") else "code", "lines": [],
+                          "tags": json.loads(m.group("tags")) if m.group("tags") else []})
+        elif cells:
+            cells[-1]["lines"].append(line)
+    out = []
+    for c in cells:
+        lines = c["lines"]
+        while lines and not lines[-1].strip():
+            lines.pop()
+        while lines and not lines[0].strip():
+            lines.pop(0)
+        if c["type"] == "markdown":
+            lines = [ln[2:] if ln.startswith("# ") else ln.lstrip("#") for ln in lines]
+        out.append({"type": c["type"], "source": "\n".join(lines), "tags": c["tags"]})
+    return out
+
+
+def notebook_path(src: str) -> str:
+    return os.path.join(ROOT, "chapters", os.path.basename(src)[:-3] + ".ipynb")
+
+
+def build(src: str):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    for c in parse(open(src).read()):
+        cell = (nbformat.v4.new_markdown_cell if c["type"] == "markdown" else nbformat.v4.new_code_cell)(c["source"])
+        if c["tags"]:
+            cell.metadata["tags"] = c["tags"]
+        cell.pop("id", None)
+        nb.cells.append(cell)
+    nbformat.validator.normalize(nb)
+    return nb
+
+
+def clean(nb) -> None:
+    """Drop per-run noise (timestamps, widget state, cell ids) so diffs show real changes."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        for out in cell.get("outputs", []):
+            out.get("metadata", {}).pop("execution", None)
+
+
+def execute(src: str) -> float:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = build(src)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": os.path.join(ROOT, "chapters")}}).execute()
+    clean(nb)
+    nbformat.write(nb, notebook_path(src))
+    return time.perf_counter() - t0
+
+
+def main(paths: list[str]) -> int:
+    srcs = []
+    for p in paths or sorted(glob.glob(os.path.join(ROOT, "chapters", "src", "[0-9][0-9]_*.py"))):
+        if p.endswith(".ipynb"):  # accept the notebook's path too
+            p = os.path.join(ROOT, "chapters", "src", os.path.basename(p)[:-6] + ".py")
+        srcs.append(p)
+    for s in srcs:
+        print(f"executing {os.path.relpath(s, ROOT)} ...", flush=True)
+        print(f"  -> {os.path.relpath(notebook_path(s), ROOT)} in {execute(s):.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
