@@ -42,6 +42,7 @@ __all__ = ["launch", "resolve_program", "free_port", "max_procs"]
 _PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 # torch's own excepthook adds "[rankN]:" to traceback lines; one prefix is enough.
 _TORCH_PREFIX = re.compile(r"^\[rank\d+\]:")
+_PROGRESS = "@@disttutor-progress "  # runtime.PROGRESS_TAG (not imported: that would import torch)
 # torchrun's failure summary ("rank : 1 (local_rank: 1)" / "exitcode : -9 (pid: 12)").
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
@@ -279,7 +280,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     logs: dict[tuple[int, int], list[str]] = {}
     agent_log: list[str] = []
     t0 = time.perf_counter()
-    outcome, err = "finished", None
+    outcome, err, bar = "finished", None, None
     try:
         for node in range(nnodes):
             cmd = _torchrun_argv(target, argv, nproc, nnodes, node, port, run_id, os.path.join(run_dir, "logs"))
@@ -307,6 +308,9 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
                 agent_log.append(line if nnodes == 1 else f"[node {node}] {line}")
                 continue
             local, text = int(m.group(1)), _TORCH_PREFIX.sub("", m.group(2), count=1)
+            if text.startswith(_PROGRESS):
+                bar = _progress(bar, text[len(_PROGRESS):], stream)
+                continue
             logs.setdefault((node, local), []).append(text)
             if stream:
                 label = f"rank {node * nproc + local}" if nnodes > 1 else f"rank {local}"
@@ -323,6 +327,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
         kill_tree([p.pid for p in procs])
         raise
     wall = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
     for p in procs:
         p.wait()
     result = _collect(name, nproc, nnodes, procs, logs, agent_log, run_dir, wall, outcome)
@@ -376,6 +382,8 @@ def _collect(name, nproc, nnodes, procs, logs, agent_log, run_dir, wall, outcome
                          "stopped": "still running when torchrun stopped the job (another rank failed)"}[status]
         elif outcome != "finished":
             status, error = ("stuck" if outcome == "timeout" else "interrupted"), "no report (still starting?)"
+        elif r in exitcodes and exitcodes[r] == -signal.SIGTERM:
+            status, error = "stopped", "stopped by torchrun (another rank failed)"
         elif r in exitcodes:
             status, error = "error", _exit_text(exitcodes[r])
         elif any(rc != 0 for rc in rcs):
@@ -394,3 +402,22 @@ def _exit_text(code: int) -> str:
         except ValueError:
             pass
     return f"died with exit code {code} before reporting"
+
+
+def _progress(bar, payload: str, show: bool):
+    """Turn a rank-0 ``runtime.progress`` line into a tqdm bar (widget in Jupyter, text in a terminal)."""
+    if not show:
+        return bar
+    try:
+        d = json.loads(payload)
+    except ValueError:
+        return bar
+    if bar is None:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=d["total"], desc=d.get("desc") or "rank 0", leave=False)
+    bar.n = d["step"]
+    if d.get("metrics"):
+        bar.set_postfix(d["metrics"], refresh=False)
+    bar.refresh()
+    return bar

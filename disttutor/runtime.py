@@ -266,6 +266,23 @@ def rank_print(*args: Any, **kwargs: Any) -> None:
     print(*args, **kwargs)
 
 
+PROGRESS_TAG = "@@disttutor-progress "
+
+
+def progress(step: int, total: int, desc: str = "", **metrics: float) -> None:
+    """Advance the launcher's progress bar (rank 0 only; other ranks are ignored).
+
+    Prints one tagged line that :func:`disttutor.launch` turns into a tqdm bar
+    in the cell instead of showing it as text.
+    """
+    ctx = context()
+    if ctx.rank != 0:
+        return
+    payload = {"step": int(step), "total": int(total), "desc": desc,
+               "metrics": {k: float(v) for k, v in metrics.items()}}
+    print(PROGRESS_TAG + json.dumps(payload), flush=True)
+
+
 def barrier_time() -> float:
     """A wall-clock instant all ranks agree on to within one barrier's latency."""
     dist.barrier()

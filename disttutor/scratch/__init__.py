@@ -1,0 +1,1 @@
+"""From-scratch reference implementations that the exercises rebuild (all-reduce algorithms, DDP, ...)."""
