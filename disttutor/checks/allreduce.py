@@ -1,0 +1,177 @@
+"""Checker for Exercise 2.1 (ring all-reduce) and the other from-scratch all-reduces (chapter 2).
+
+Two halves, as every checker in :mod:`disttutor.checks`:
+
+* **notebook side** -- :func:`check_ring_allreduce` (and the general
+  :func:`check_all_reduce`) ship the learner's function as source to real
+  ranks through :func:`disttutor.checks.adapter.run_check`, for several world
+  sizes, and return a :class:`~disttutor.checks.adapter.CheckResult`;
+* **rank side** -- this module is also a program
+  (``python -m disttutor.checks.allreduce --source F --name ring_all_reduce``):
+  for many shapes and dtypes each rank builds a known input, runs the
+  learner's function and compares the result with a single-process reference
+  sum *and* with ``dist.all_reduce``. The first wrong element is reported with
+  its rank and ring chunk, e.g. ``rank 2: chunk 1 (elements 4..7) of a
+  float32 tensor of shape (10,): expected 10.0, got 6.0``.
+
+Inputs are small integers (-3..3), so every partial sum is exactly
+representable even in float16/bfloat16: the comparison is exact whatever
+order the additions happen in, and no tolerance is needed.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .adapter import CheckResult, function_name, run_check
+
+#: (shape, dtype) cases: divisible and non-divisible sizes, fewer elements than
+#: ranks (empty chunks), several dims, integer and low-precision dtypes.
+CASES: tuple[tuple[tuple[int, ...], str], ...] = (
+    ((12,), "float32"), ((10,), "float32"), ((1,), "float32"), ((3, 5), "float32"),
+    ((2, 3, 7), "float64"), ((1000,), "float32"), ((17,), "int64"), ((33,), "int32"),
+    ((64,), "float16"), ((50,), "bfloat16"), ((4097,), "float32"),
+)
+STRIDED_CASE = ((6, 4), "float32")  # checked through a transposed (non-contiguous) view
+
+
+def make_input(shape: Sequence[int], dtype: str, rank: int, case: int) -> torch.Tensor:
+    """Rank ``rank``'s input for case ``case``: small integers, different on every rank."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    vals = (torch.arange(numel) * (rank + 1) + 3 * case + rank) % 7 - 3
+    return vals.to(getattr(torch, dtype)).reshape(tuple(shape))
+
+
+def reference_sum(shape: Sequence[int], dtype: str, world: int, case: int) -> torch.Tensor:
+    """The single-process reference: add every rank's input here, no communication."""
+    total = sum(make_input(shape, dtype, r, case).double() for r in range(world))
+    return total.to(getattr(torch, dtype))
+
+
+def first_problem(got: torch.Tensor, want: torch.Tensor, world: int) -> str | None:
+    """``None`` if equal, else words naming the ring chunk of the first wrong element."""
+    g, w = got.reshape(-1), want.reshape(-1)
+    bad = (g != w).nonzero().flatten()
+    if bad.numel() == 0:
+        return None
+    i = int(bad[0])
+    bounds = torch.arange(w.numel()).tensor_split(world)
+    c = next(k for k, b in enumerate(bounds) if b.numel() and b[0] <= i <= b[-1])
+    lo, hi = int(bounds[c][0]), int(bounds[c][-1])
+    n_bad = int(((bad >= lo) & (bad <= hi)).sum())
+    dtype = str(want.dtype).replace("torch.", "")
+    return (f"chunk {c} (elements {lo}..{hi}) of a {dtype} tensor of shape {tuple(want.shape)}: "
+            f"expected {w[i].item()}, got {g[i].item()} at element {i}"
+            + (f" ({n_bad} of {hi - lo + 1} elements of this chunk wrong)" if n_bad > 1 else ""))
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    source: str
+    names: tuple[str, ...] = ("ring_all_reduce",)
+
+    def __post_init__(self):
+        if not self.names or not all(n.isidentifier() for n in self.names):
+            raise ValueError(f"names must be Python function names, got {self.names!r}")
+
+
+def _check_one(fn: Callable, case: int, shape: tuple[int, ...], dtype: str, rank: int, world: int,
+               strided: bool = False) -> str | None:
+    import torch.distributed as dist
+
+    x = make_input(shape, dtype, rank, case)
+    builtin = x.clone()
+    dist.all_reduce(builtin)  # the library's answer, before the learner's code touches anything
+    want = reference_sum(shape, dtype, world, case)
+    if not torch.equal(builtin, want):  # would mean the reference itself is wrong
+        return f"internal: dist.all_reduce disagrees with the reference for {dtype} {shape}"
+    if strided:
+        x, want = x.t(), want.t()  # a non-contiguous view: the function must still work in place
+    out = fn(x)
+    problem = first_problem(x, want, world)
+    if problem and isinstance(out, torch.Tensor) and out is not x and first_problem(out, want, world) is None:
+        return ("the returned tensor is right, but the input tensor was not updated: write the sum into "
+                "`tensor` itself, in place, like dist.all_reduce")
+    return problem
+
+
+def run(cfg: CheckConfig) -> None:
+    import torch.distributed as dist
+
+    from disttutor import runtime
+
+    from .adapter import load_exercise
+
+    with runtime.setup() as ctx:
+        fns = {name: load_exercise(cfg.source, name) for name in cfg.names}
+        checked = 0
+        cases = [(c, shape, dt, False) for c, (shape, dt) in enumerate(CASES)]
+        cases.append((len(CASES), *STRIDED_CASE, True))
+        for name, fn in fns.items():
+            for case, shape, dtype, strided in cases:
+                problem = _check_one(fn, case, shape, dtype, ctx.rank, ctx.world_size, strided)
+                # Every rank learns whether *any* rank failed, so all stop together:
+                # a rank that stopped alone would leave the others waiting on it.
+                flag = torch.tensor([0 if problem is None else 1])
+                dist.all_reduce(flag)
+                if problem is not None:
+                    runtime.report(passed=False, problem=f"{name}: {problem}" if len(fns) > 1 else problem)
+                    return
+                if int(flag):
+                    runtime.report(passed=True, problem=None, note="other ranks went wrong")
+                    return
+                checked += 1
+        runtime.report(passed=True, cases=checked, names=list(cfg.names))
+
+
+def check_all_reduce(obj: Callable | str, names: Sequence[str] | None = None,
+                     world_sizes: Sequence[int] = (2, 3, 4), exercise: str = "2.1",
+                     collective_timeout: float = 10.0, timeout: float = 90.0, **launch_kw: Any) -> CheckResult:
+    """Check all-reduce functions on real ranks, for each world size in turn.
+
+    obj: a function (its source is shipped, so keep helpers inside it), a
+        ``.py`` path or source text. names: the functions to check in it
+        (default: ``obj``'s own name, else ``ring_all_reduce``).
+    Stops at the first world size that fails; a hang comes back after
+    ``collective_timeout`` seconds as a failure, never a frozen cell.
+    """
+    names = list(names or [function_name(obj, "ring_all_reduce")])
+    if not world_sizes or any(not isinstance(n, int) or n < 1 for n in world_sizes):
+        raise ValueError(f"world_sizes must be positive integers, got {world_sizes!r}")
+    problems: list[str] = []
+    details: list[dict[str, Any]] = []
+    for n in world_sizes:
+        res = run_check(exercise, "disttutor.checks.allreduce", obj, ",".join(names), nproc=n,
+                        timeout=timeout, collective_timeout=collective_timeout, **launch_kw)
+        details += res.details
+        if not res.passed:
+            problems += [f"with {n} ranks, {p}" for p in res.problems]
+            if any("waited more than" in p for p in res.problems):
+                problems.append("hint: a rank waited for a message nobody sent. In each step every rank must "
+                                "send to its right neighbour AND receive from its left one: post both with "
+                                "dist.isend/dist.irecv, then wait on both (two blocking sends/recvs facing "
+                                "each other wait forever)")
+            break
+    return CheckResult(exercise, not problems, problems, details)
+
+
+def check_ring_allreduce(fn: Callable | str, world_sizes: Sequence[int] = (2, 3, 4), **kw: Any) -> CheckResult:
+    """Exercise 2.1: is ``fn(tensor)`` an in-place sum all-reduce for every case and world size?"""
+    return check_all_reduce(fn, None, world_sizes, "2.1", **kw)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="disttutor.checks.allreduce", description=__doc__.splitlines()[0])
+    p.add_argument("--source", required=True, help="file with the learner's function(s)")
+    p.add_argument("--name", default="ring_all_reduce", help="function name(s), comma-separated")
+    a = p.parse_args(argv)
+    run(CheckConfig(source=a.source, names=tuple(n.strip() for n in a.name.split(",") if n.strip())))
+
+
+if __name__ == "__main__":
+    main()
