@@ -1,0 +1,231 @@
+"""The article's RPC model-parallel example (§6), as written, made safe to run (chapter 6).
+
+The three stage classes and ``ModelParallelNet`` below are the article's code
+unchanged except for sizes (``--vocab``, ``--d-model``, ... default to small
+values; ``nn.Transformer``'s other defaults are kept). What is *not* the
+article's is the harness, :func:`rpc_session`, which replaces
+``mp.spawn`` + a hard-coded ``MASTER_PORT='29500'`` + ``import os`` (missing in
+the article) with torchrun's environment, a short ``rpc_timeout``,
+``rpc.shutdown()`` in ``finally`` and a per-rank report for the launcher.
+
+``--stage as-written`` (default) runs the article's forward pass and fails
+(each ``.remote().forward(...)`` returns an RRef, and the next stage is handed
+that RRef instead of a tensor). ``--stage fixed-calls`` passes tensors
+(``.rpc_sync().forward(...)``), so the forward pass works, then tries the
+obvious ``loss.backward()`` -- which fails too: without distributed autograd the
+result that came back over RPC is cut off from the remote parameters.
+:mod:`disttutor.programs.rpc_train` is the corrected, trained version.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import traceback
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+import torch.nn as nn
+import torch.distributed.rpc as rpc
+from torch.distributed.rpc import remote
+
+from disttutor import runtime
+
+# -- the article's code (sizes as parameters; article: 10000 / 1000 / 10 heads / 10 classes) --------------
+SIZES = {"vocab": 10000, "d_model": 1000, "nhead": 10, "classes": 10}
+
+
+class EmbeddingNet(nn.Module):
+    def __init__(self):
+        super(EmbeddingNet, self).__init__()
+        self.embed = nn.Embedding(SIZES["vocab"], SIZES["d_model"])
+
+    def forward(self, x):
+        return self.embed(x)
+
+
+class TransformerNet(nn.Module):
+    def __init__(self):
+        super(TransformerNet, self).__init__()
+        self.transformer = nn.Transformer(d_model=SIZES["d_model"], nhead=SIZES["nhead"])
+
+    def forward(self, x):
+        return self.transformer(x, x)
+
+
+class OutputNet(nn.Module):
+    def __init__(self):
+        super(OutputNet, self).__init__()
+        self.fc = nn.Linear(SIZES["d_model"], SIZES["classes"])
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class ModelParallelNet(nn.Module):
+    def __init__(self):
+        super(ModelParallelNet, self).__init__()
+        self.embed_rref = remote("worker1", EmbeddingNet)
+        self.transformer_rref = remote("worker2", TransformerNet)
+        self.output_rref = remote("worker3", OutputNet)
+
+    def forward(self, x):
+        x_emb = self.embed_rref.remote().forward(x)
+        x_trans = self.transformer_rref.remote().forward(x_emb)
+        x_out = self.output_rref.remote().forward(x_trans)
+        return x_out.to_here()
+# -- end of the article's code ------------------------------------------------------------------------------
+
+
+class FixedCallsNet(ModelParallelNet):
+    """Bug 1 fixed: ``rpc_sync()`` returns the stage's *tensor*, which the next stage can use."""
+
+    def forward(self, x):
+        x_emb = self.embed_rref.rpc_sync().forward(x)
+        x_trans = self.transformer_rref.rpc_sync().forward(x_emb)
+        return self.output_rref.rpc_sync().forward(x_trans)
+
+
+def stage_grads(module_rref) -> list[int]:
+    """Runs on a stage's owner: ``[params with a .grad, params]`` of the module it holds."""
+    params = list(module_rref.local_value().parameters())
+    return [sum(p.grad is not None for p in params), len(params)]
+
+
+# -- the harness: what makes RPC programs safe to run from a notebook ------------------------------------
+_RESULTS: dict[str, Any] = {}
+_WARNINGS: list[str] = []
+
+
+def rpc_report(**values: Any) -> None:
+    """Like :func:`runtime.report`, for RPC programs (they have no process group, hence no runtime context)."""
+    _RESULTS.update(values)
+
+
+def _write(env: runtime.DistEnv, status: str, error: str | None) -> None:
+    """``rank{r}.json`` in the launcher's format (same keys as :func:`runtime._write_report`)."""
+    run_dir = os.environ.get("DISTTUTOR_RUN_DIR")
+    if not run_dir:
+        return
+    payload = {"rank": env.rank, "local_rank": env.local_rank, "group_rank": env.group_rank,
+               "world_size": env.world_size, "backend": "rpc/tensorpipe", "device": "cpu", "pid": os.getpid(),
+               "agent": int(os.environ.get("DISTTUTOR_AGENT", "0")), "status": status, "error": error,
+               "results": {**_RESULTS, "warnings": _WARNINGS}}
+    path = os.path.join(run_dir, f"rank{env.rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(payload, f, default=runtime._jsonable)
+    os.replace(path + ".tmp", path)
+
+
+def _record_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    text = f"{category.__name__}: {str(message).splitlines()[0]}"
+    if text not in _WARNINGS:  # the same warning fires once per call site and per rank
+        _WARNINGS.append(text)
+        print(text, flush=True)
+
+
+@dataclass(frozen=True)
+class RpcOptions:
+    rpc_timeout: float = 20.0  # seconds one RPC may take; the default (60 s) is long for a notebook cell
+    num_worker_threads: int = 8  # threads serving incoming RPCs (default 16; this machine has 2 cores)
+
+    def __post_init__(self):
+        if self.rpc_timeout <= 0:
+            raise ValueError(f"rpc_timeout must be > 0, got {self.rpc_timeout}")
+        if self.num_worker_threads < 2:
+            raise ValueError("num_worker_threads must be >= 2 (backward and optimizer RPCs nest)")
+
+
+@contextlib.contextmanager
+def rpc_session(names: list[str] | None = None, opts: RpcOptions = RpcOptions()) -> Iterator[runtime.DistEnv]:
+    """``init_rpc`` from torchrun's environment; ``shutdown`` and a per-rank report whatever happens.
+
+    ``names[rank]`` is this rank's RPC name (default ``worker{rank}``). Warnings
+    raised inside (deprecations!) are recorded and reported as ``warnings``.
+    """
+    if not rpc.is_available():
+        raise RuntimeError("this torch build has no torch.distributed.rpc (it is missing on some Windows/macOS builds)")
+    env = runtime.DistEnv.from_environ()
+    runtime._tie_to_parent()
+    names = names or [f"worker{r}" for r in range(env.world_size)]
+    status, error = "running", None
+    _write(env, status, error)
+    warnings.simplefilter("always")
+    warnings.showwarning = _record_warning
+    options = rpc.TensorPipeRpcBackendOptions(
+        init_method="env://",  # torchrun's MASTER_ADDR/MASTER_PORT: no hard-coded port that another job may hold
+        rpc_timeout=opts.rpc_timeout, num_worker_threads=opts.num_worker_threads)
+    rpc.init_rpc(names[env.rank], rank=env.rank, world_size=env.world_size, rpc_backend_options=options)
+    try:
+        yield env
+        status = "ok"
+    except BaseException as exc:
+        status, error = "error", f"{type(exc).__name__}: {exc}".strip()
+        traceback.print_exc()
+        raise
+    finally:
+        # graceful: waits until every worker has finished serving the others' RPCs,
+        # so a worker never exits while the master still holds its RRefs.
+        with contextlib.suppress(Exception):
+            rpc.shutdown(graceful=True)
+        _write(env, status, error)
+
+
+@dataclass(frozen=True)
+class ArticleConfig:
+    stage: str = "as-written"
+    vocab: int = 100
+    d_model: int = 16
+    nhead: int = 2
+    classes: int = 10
+    batch: int = 32      # the article's input is (32, 50): 32 sequences of 50 tokens
+    seq: int = 50
+
+    def __post_init__(self):
+        if self.stage not in ("as-written", "fixed-calls"):
+            raise ValueError(f"stage must be 'as-written' or 'fixed-calls', got {self.stage!r}")
+        for name in ("vocab", "d_model", "nhead", "classes", "batch", "seq"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.nhead:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
+
+
+def run(cfg: ArticleConfig) -> None:
+    SIZES.update(vocab=cfg.vocab, d_model=cfg.d_model, nhead=cfg.nhead, classes=cfg.classes)
+    with rpc_session() as env:
+        if env.world_size != 4:
+            raise ValueError(f"the article's model needs 4 ranks (master + worker1..3), got {env.world_size}")
+        if env.rank == 0:  # the article's "master"; workers 1..3 only serve RPCs until shutdown
+            torch.manual_seed(0)
+            input_data = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq))
+            model = (ModelParallelNet if cfg.stage == "as-written" else FixedCallsNet)()
+            output = model(input_data)
+            rpc_report(output_shape=list(output.shape), output_requires_grad=output.requires_grad,
+                       local_params=sum(p.numel() for p in model.parameters()))
+            print(output.shape, flush=True)
+            if cfg.stage == "fixed-calls":
+                output.sum().backward()  # what a learner would try next: it runs without an error...
+                rrefs = [model.embed_rref, model.transformer_rref, model.output_rref]
+                # ...but did any remote parameter receive a gradient? Ask each owner.
+                rpc_report(remote_grads={f"worker{i + 1}": rpc.rpc_sync(r.owner(), stage_grads, args=(r,))
+                                         for i, r in enumerate(rrefs)})
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="rpc_article", description=__doc__.splitlines()[0])
+    p.add_argument("--stage", default="as-written")
+    for name in ("vocab", "d_model", "nhead", "classes", "batch", "seq"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(ArticleConfig, name))
+    run(ArticleConfig(**vars(p.parse_args(argv))))
+
+
+if __name__ == "__main__":
+    # RPC pickles classes and functions by module path: run the copy imported as
+    # disttutor.programs.rpc_article, not __main__, so every rank resolves the same names.
+    from disttutor.programs.rpc_article import main as _main
+
+    _main()
