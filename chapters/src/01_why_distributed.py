@@ -1,0 +1,452 @@
+# %% [markdown]
+# # Chapter 1 — Why distributed training?
+#
+# *Source: §1–§2 of the article "PyTorch distributed training: from beginner to master".*
+#
+# A model stops fitting on one device long before it stops being useful, and a dataset that takes
+# a month on one device takes days on dozens. This chapter answers two questions with measurements
+# instead of slogans:
+#
+# 1. **How much memory does training need?** We state the formulas (weights, gradients, optimizer
+#    states, activations), check them against real tensors, and turn them into an interactive
+#    calculator that shows what data parallelism, ZeRO/FSDP sharding, tensor and pipeline
+#    parallelism each save.
+# 2. **What does each kind of parallelism split?** We run one tiny model four ways on four real
+#    processes (data, tensor, layer, pipeline) and let every rank report what it holds.
+#
+# Along the way we correct the article where it is wrong — most importantly its definition of
+# pipeline parallelism — and end with its list of challenges, each linked to the chapter that
+# handles it.
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+import disttutor
+from disttutor import memory as mem
+from disttutor.data import regression
+from disttutor.models import MLP, seeded
+from disttutor.results import format_table
+from disttutor.viz.memory import calculator, calculator_view
+
+torch.manual_seed(0)
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. Where the memory goes
+#
+# Training a model keeps four kinds of tensors alive on the device:
+#
+# | part | what it is | grows with |
+# |---|---|---|
+# | **weights** | the parameters | parameters `P` |
+# | **gradients** | one per parameter, filled by `backward()` | `P` |
+# | **optimizer states** | e.g. Adam's `exp_avg` and `exp_avg_sq`; in mixed precision also an fp32 master copy of the weights | `P` |
+# | **activations** | what the forward pass saves for the backward pass | batch × sequence × width × depth |
+#
+# Bytes per parameter (the accounting of the ZeRO paper, Rajbhandari et al. 2020):
+#
+# | precision | optimizer | weights | grads | optimizer states | total |
+# |---|---|---|---|---|---|
+# | fp32 | SGD | 4 | 4 | 0 | 8 |
+# | fp32 | SGD + momentum | 4 | 4 | 4 | 12 |
+# | fp32 | Adam | 4 | 4 | 8 | **16** |
+# | mixed (fp16/bf16 + fp32 master) | Adam | 2 | 2 | 12 (master 4 + 8) | **16** |
+#
+# Adam costs 16 bytes per parameter *either way*: mixed precision saves activation memory and
+# time, not optimizer memory. `disttutor.memory.bytes_per_param` holds this table; the next cell
+# checks it against the tensors PyTorch really allocates for a small model.
+
+# %%
+model = seeded(MLP, 0, 256, [512, 512], 10)
+x, target = torch.randn(64, 256), torch.randn(64, 10)
+P = sum(p.numel() for p in model.parameters())
+
+
+def one_step(model, opt):
+    """One training step, so gradients and (lazily created) optimizer states exist."""
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), target).backward()
+    opt.step()
+
+
+measured = {}
+for name, make_opt in [("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1)),
+                       ("momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)),
+                       ("adam", lambda ps: torch.optim.Adam(ps, lr=1e-3))]:
+    m = seeded(MLP, 0, 256, [512, 512], 10)
+    opt = make_opt(m.parameters())
+    one_step(m, opt)
+    measured[name] = mem.measured_state_bytes(m, opt)
+
+rows = []
+for name, got in measured.items():
+    want = mem.bytes_per_param("fp32", name)
+    for part in ("weights", "gradients", "optimizer"):
+        assert got[part] == want[part] * P, (name, part, got[part], want[part] * P)
+    rows.append({"optimizer": name, **{f"{k} B/param": got[k] / P for k in ("weights", "gradients", "optimizer")},
+                 "step counters (B)": got["step_counters"]})
+n_tensors = len(list(model.parameters()))
+# Adam's `step` is one fp32 scalar per parameter *tensor* (6 here), not per parameter.
+assert measured["adam"]["step_counters"] == 4 * n_tensors
+print(f"MLP with {P:,} parameters in {n_tensors} tensors; measured bytes per parameter:")
+print(format_table(rows))
+
+# %% [markdown]
+# The measured numbers are exactly the table's fp32 rows (the `assert`s above). The mixed-precision
+# row needs a second copy of the weights: there is no built-in "master weights" optimizer in
+# PyTorch, so let us build the scheme by hand — 16-bit model, fp32 master copy, Adam on the master —
+# and measure it too. We also check what `torch.autocast` (the API chapter 8 uses) does: it keeps
+# the parameters **and their gradients** in fp32 and only runs the operations in 16 bits.
+
+# %% tags=["nbval-check-output"]
+half = seeded(MLP, 0, 256, [512, 512], 10).to(torch.bfloat16)
+master = [p.detach().float().requires_grad_() for p in half.parameters()]  # fp32 copy the optimizer updates
+opt = torch.optim.Adam(master, lr=1e-3)
+nn.functional.mse_loss(half(x.bfloat16()), target.bfloat16()).backward()
+for p16, p32 in zip(half.parameters(), master):
+    p32.grad = p16.grad.float()  # (a real implementation reuses one buffer for this)
+opt.step()
+mixed = mem.measured_state_bytes(half)  # 16-bit weights and gradients
+mixed["optimizer"] = (sum(p.numel() * p.element_size() for p in master)  # the fp32 master copy
+                      + sum(t.numel() * t.element_size() for st in opt.state.values()
+                            for k, t in st.items() if k != "step"))  # Adam's exp_avg, exp_avg_sq
+want = mem.bytes_per_param("mixed", "adam")
+for part in ("weights", "gradients", "optimizer"):
+    assert mixed[part] == want[part] * P, (part, mixed[part], want[part] * P)
+print("mixed precision + Adam, bytes/param:", {k: mixed[k] / P for k in want}, "total", sum(mixed[k] for k in want) / P)
+
+auto = seeded(MLP, 0, 256, [512, 512], 10)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    y = auto(x)
+nn.functional.mse_loss(y.float(), target).backward()
+assert y.dtype == torch.bfloat16 and all(p.grad.dtype == torch.float32 for p in auto.parameters())
+print("autocast: output", y.dtype, "| parameters and gradients", {p.grad.dtype for p in auto.parameters()})
+
+# %% [markdown]
+# ### Activations
+#
+# Activations are what autograd *saves* in the forward pass to compute the backward pass. We can
+# watch it do so with `torch.autograd.graph.saved_tensors_hooks` (`mem.saved_activation_bytes`
+# wraps it, counting each storage once and skipping parameters).
+#
+# For our MLP the count is exact: every `Linear` saves its input (needed for the weight gradient),
+# every `ReLU` its output — which *is* the next `Linear`'s input, stored once. So the MLP saves
+# `batch × (d_in + Σ hidden)` numbers:
+
+# %% tags=["nbval-check-output"]
+for batch in (16, 64):
+    xb = torch.randn(batch, 256)
+    got = mem.saved_activation_bytes(lambda: model(xb).sum(), params=model.parameters())
+    want = mem.mlp_activation_bytes(batch, 256, [512, 512], elem_bytes=4)
+    assert got == want, (got, want)
+    print(f"batch {batch:3d}: autograd saved {got:,} bytes = formula {want:,}")
+
+# %% [markdown]
+# For a Transformer layer we use the estimate of Korthikanti et al. (2022), written for `e`-byte
+# activations, sequence `s`, micro-batch `b`, hidden `h`, heads `a`, tensor-parallel degree `t`:
+#
+# $$\text{bytes per layer} \approx s\,b\,h\,\bigl(4e + 2 + \tfrac{12e}{t}\bigr) + a\,s^2\,b\,\tfrac{2e+1}{t}
+# \qquad(e=2,\ t=1:\ 34\,sbh + 5\,a s^2 b)$$
+#
+# It is an **estimate** for one implementation (Megatron-LM's, with 1-byte dropout masks); it leaves
+# out embeddings and logits, and fused attention kernels (FlashAttention) do not store the
+# `s × s` scores at all. So let us see how close it comes for PyTorch's own
+# `nn.TransformerEncoderLayer` — and check our parameter formula `12h² + 13h` per layer on the way.
+
+# %%
+h, a, s, b = 64, 4, 32, 2
+layer = seeded(nn.TransformerEncoderLayer, 0, h, a, 4 * h, dropout=0.1, batch_first=True)
+n_layer = sum(p.numel() for p in layer.parameters())
+assert n_layer == 12 * h * h + 13 * h  # the per-block term of mem.transformer_params
+xs = torch.randn(b, s, h)
+got = mem.saved_activation_bytes(lambda: layer(xs), params=layer.parameters())
+est = mem.activation_bytes_per_layer(s, b, h, a, elem_bytes=4)
+ratio = got / est
+print(f"layer parameters {n_layer:,} = 12h^2 + 13h;  activations: measured {got:,} B, estimate {est:,.0f} B, "
+      f"ratio {ratio:.2f}")
+# The estimate describes a different implementation (e.g. PyTorch eager keeps fp32 dropout masks and a
+# second copy of the ReLU output); we only claim it gets the order of magnitude right.
+assert 0.5 < ratio < 2.0
+
+# %% [markdown]
+# PyTorch eager mode saves somewhat *more* than the estimate (the printed ratio), because it keeps
+# a few extra tensors the estimate does not count. Good enough to size a job — and a reminder that
+# an activation estimate is only ever an estimate; measure your own model (chapter 9 shows
+# `torch.cuda.memory_summary` and the profiler).
+#
+# ## 2. The memory calculator
+#
+# `disttutor.memory.per_device` turns the formulas into bytes per device for a GPT-style model
+# (parameters `12Lh² + 13Lh + (V + s)h`), and says how each strategy on `N` devices changes each part:
+#
+# * **data parallel (DP)**: every device keeps a full copy of the weights, gradients and optimizer
+#   states; only the batch is split, so only activations shrink.
+# * **ZeRO-1 / -2 / -3** (FSDP's `fully_shard` is ZeRO-3): shard the optimizer states / + gradients
+#   / + weights over the `N` data-parallel replicas (`÷ N`), gathering weights layer by layer when
+#   needed (that transient buffer is ignored here).
+# * **tensor parallel**: each layer's matrices split `N` ways: model states `÷ N`, most activations
+#   `÷ N`, but every device still sees the whole batch.
+# * **pipeline parallel**: each device holds `L/N` layers: model states `÷ N`; we assume the GPipe
+#   schedule, where a stage keeps its layers' activations for *all* micro-batches until the backward.
+#
+# The figure below is the calculator's default, drawn by a plain function (`calculator_view`):
+
+# %% tags=["nbval-check-output"]
+rows, fig = calculator_view("GPT 7B-like (32 x 4096)", batch=32, seq=1024, precision="mixed", optimizer="adam", n=8)
+plt.show()
+print(format_table(rows))
+by = {r["strategy"]: r for r in rows}
+states = ("weights", "gradients", "optimizer")
+one, dp, z3 = by["1 device"], by["DP x8"], by["ZeRO-3/FSDP x8"]
+cfg = mem.TrainingSetup(layers=32, hidden=4096, heads=32, seq=1024, batch=32)
+assert abs(sum(one[k] for k in states) - 16 * cfg.params / mem.GIB) < 0.01  # 16 B/param (rounding to 3 decimals)
+assert all(dp[k] == one[k] for k in states)             # DP does not shrink the model states at all ...
+assert abs(dp["activations"] - one["activations"] / 8) < 0.01  # ... only the activations
+assert one["total"] > 80 and z3["total"] < 80            # one 80 GiB device: no; 8 with ZeRO-3: yes
+print(f"\n{cfg.params / 1e9:.2f}B parameters; model states alone on one device: {sum(one[k] for k in states):.1f} GiB")
+
+# %% [markdown]
+# Read the bars: plain data parallelism (`DP x8`) leaves every device with the *same* 100 GiB of
+# weights, gradients and Adam states it had alone — it buys speed, not room. ZeRO/FSDP removes that
+# redundancy; tensor and pipeline parallelism remove it by splitting the model itself (tensor
+# parallelism keeps the whole batch per device, hence its larger activations).
+#
+# The article's motivating example is GPT-3 with 175 billion parameters. Its model states alone,
+# before a single activation:
+
+# %% tags=["nbval-check-output"]
+gpt3 = 175e9  # the published parameter count (an input, not a result)
+gib = gpt3 * sum(mem.bytes_per_param("mixed", "adam").values()) / mem.GIB
+print(f"GPT-3 model states: {gib:,.0f} GiB -> at least {gib / 80:.0f} devices of 80 GiB, even fully sharded")
+assert gib / 80 > 30
+
+# %% [markdown]
+# Now try it yourself: change the model, the batch, the sequence length, the precision, the
+# optimizer and the number of devices. (Strategies a shape cannot be split into — e.g. 12 layers
+# over 8 pipeline stages — are left out rather than rounded.)
+
+# %%
+calculator()
+
+# %% [markdown]
+# ## 3. What each kind of parallelism splits
+#
+# The article (§2.1) lists three ways to spread training over devices:
+#
+# > 1. data parallelism: split the data over the devices, each device processes a part of the data
+# > 2. model parallelism: split the model over the devices, each device processes a part of the model
+# > 3. pipeline parallelism: *combines data parallelism and model parallelism* for more efficient training
+#
+# The first two are right but "model parallelism" hides two very different things, and the third is
+# **wrong**. The precise picture:
+#
+# | strategy | each device holds | each device sees | communication |
+# |---|---|---|---|
+# | data parallel | the whole model | 1/N of the samples | all-reduce of gradients |
+# | tensor (intra-layer) parallel | 1/N of *every* layer | all samples | all-reduce of activations, inside every layer block |
+# | layer (inter-layer) model parallel | a block of whole layers | all samples | send activations to the next device |
+# | pipeline parallel | a block of whole layers | all samples, as micro-batches | same sends, overlapped |
+#
+# Pipeline parallelism is layer-wise model parallelism **plus micro-batching**: the batch is cut into
+# micro-batches so that stage 1 works on micro-batch 0 while stage 0 already works on micro-batch 1.
+# No weight is replicated and no gradient is averaged — there is nothing data-parallel about it.
+# (Combining data parallelism with pipeline/model parallelism is *hybrid* or "3D" parallelism, the
+# article's §7.1, chapter 7.)
+#
+# `disttutor/programs/parallelism.py` runs one small MLP (4 `Linear` layers, 32 samples) each way on
+# real ranks. Each mode alone is `launch("parallelism", nproc=4, args={"mode": "pipeline"})`; here we
+# run all four in one job (each rank runs them one after the other) to pay the start-up cost once.
+
+# %%
+res = disttutor.launch("parallelism", nproc=4, args={"mode": "all"}, stream=False, timeout=120)
+print(res)
+W = res.world_size
+X, Y = regression(n=32, d_in=16, d_out=4, seed=0).tensors  # the same data the ranks generated
+
+
+def view(mode, *keys):
+    """A rank-sorted table of what each rank reported for one mode."""
+    return format_table([{"rank": r, **{k: res.results[r][mode][k] for k in keys}} for r in range(W)])
+
+
+def picture(mode, held, n_items, what, title):
+    """Ranks x items: a coloured cell where a rank holds/processes that item."""
+    fig, ax = plt.subplots(figsize=(9, 1.6))
+    grid = torch.full((W, n_items), float("nan"))
+    for r in range(W):
+        grid[r, held[r]] = r
+    ax.imshow(grid, cmap="tab10", vmin=0, vmax=9, aspect="auto")
+    ax.set_yticks(range(W), [f"rank {r}" for r in range(W)])
+    ax.set_xlabel(what)
+    ax.set_title(f"{mode}: {title}", fontsize=10)
+    fig.tight_layout()
+    plt.show()
+
+# %% [markdown]
+# ### 3.1 Data parallelism: split the samples
+#
+# Every rank builds the whole model; `torch.utils.data.DistributedSampler` gives rank `r` the
+# samples `r, r+N, r+2N, ...`; each computes the mean loss over *its* samples and the gradients are
+# averaged with an all-reduce. Because the shards are the same size, the average of the shard means
+# is the mean over all samples: every rank must end up with exactly the full-batch gradient.
+
+# %% tags=["nbval-check-output"]
+print(view("data", "samples", "params_held"))
+samples = [res.results[r]["data"]["samples"] for r in range(W)]
+assert sorted(i for s_ in samples for i in s_) == list(range(32))  # a disjoint cover of the samples
+
+ref = seeded(MLP, 0, 16, [32, 32, 32], 4)
+nn.functional.mse_loss(ref(X), Y).backward()
+g_ref = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
+for r in range(W):
+    # Same math, different summation order (4 shards + all-reduce vs one batch): float32 rounding only.
+    torch.testing.assert_close(torch.tensor(res.results[r]["data"]["grad"]), g_ref, rtol=1e-5, atol=1e-6)
+print("every rank's averaged gradient == the single-process full-batch gradient:", True)
+
+# %%
+picture("data parallel", samples, 32, "sample index", "each rank processes 1/N of the samples (and holds all layers)")
+
+# %% [markdown]
+# ### 3.2 Tensor (intra-layer) parallelism: split every layer
+#
+# The Megatron-LM MLP block `Linear(16→32) → ReLU → Linear(32→4)`: rank `r` keeps 8 of the 32 hidden
+# units — 8 rows of the first weight and the matching 8 columns of the second. The first layer needs
+# no communication (ReLU is elementwise); the second produces a *partial sum* over each rank's hidden
+# units, and one all-reduce adds the four parts. The bias of the last layer is added once, after it.
+
+# %% tags=["nbval-check-output"]
+print(view("tensor", "hidden_units", "params_held"))
+units = [res.results[r]["tensor"]["hidden_units"] for r in range(W)]
+assert sorted(i for u in units for i in u) == list(range(32))  # each hidden unit lives on exactly one rank
+ref_t = seeded(MLP, 0, 16, [32], 4)
+with torch.no_grad():
+    want_t = ref_t(X)
+for r in range(W):
+    # The all-reduce sums four partial products instead of one 32-term dot product: rounding only.
+    torch.testing.assert_close(torch.tensor(res.results[r]["tensor"]["out"]), want_t, rtol=1e-5, atol=1e-6)
+print("every rank holds the full output == single-process output:", True)
+
+# %%
+picture("tensor parallel", units, 32, "hidden unit", "each rank holds 1/N of every layer (and sees all samples)")
+
+# %% [markdown]
+# ### 3.3 Layer-wise model parallelism: split the layers
+#
+# Rank `r` keeps a block of whole layers and passes its output to rank `r+1` with `dist.send` /
+# `dist.recv`. With the whole batch as one piece of work, rank 1 cannot start before rank 0 has
+# finished — each rank counts its work with a logical clock (a *tick* is one piece of work, after
+# both its own previous tick and the tick of the activation it received):
+
+# %% tags=["nbval-check-output"]
+print(view("layer", "layers", "params_held", "ticks"))
+layers = [res.results[r]["layer"]["layers"] for r in range(W)]
+assert sorted(i for l_ in layers for i in l_) == list(range(7))  # 4 Linear + 3 ReLU modules, each on one rank
+with torch.no_grad():
+    want_l = ref(X)
+assert torch.equal(torch.tensor(res.results[W - 1]["layer"]["out"]), want_l)  # same ops, same order: bit-exact
+ticks = [res.results[r]["layer"]["ticks"] for r in range(W)]
+n_ticks = max(max(t) for t in ticks) + 1
+busy = sum(len(t) for t in ticks) / (W * n_ticks)
+assert n_ticks == W and busy == 1 / W
+print(f"{n_ticks} ticks, each rank busy in 1 of them: utilisation {busy:.0%}")
+
+# %%
+picture("layer model parallel", layers, 7, "module of the Sequential (even = Linear, odd = ReLU)",
+        "each rank holds whole layers (and sees all samples)")
+
+# %% [markdown]
+# The model is split — each rank holds about a quarter of it — but only one rank works at a time:
+# with `N` devices you get `1/N` utilisation. Note too that the split is **unbalanced**
+# (`params_held`): the middle layers are 32×32, the first 16×32 and the last 32×4. Balancing stages
+# is a real problem of model and pipeline parallelism (chapter 7).
+#
+# ### 3.4 Pipeline parallelism: the same split, plus micro-batches
+#
+# The same program with `micro_batches=4`: the 32 samples go through as 4 micro-batches of 8.
+# Rank 0 sends micro-batch 0 on and immediately starts micro-batch 1, so the stages overlap:
+
+# %% tags=["nbval-check-output"]
+print(view("pipeline", "layers", "micro_batches", "ticks"))
+pl = [res.results[r]["pipeline"] for r in range(W)]
+assert [p["layers"] for p in pl] == layers  # the very same split of the model ...
+assert all(p["micro_batches"] == [0, 1, 2, 3] for p in pl)  # ... and every stage sees every sample
+# Each output row depends only on its own input row, but a matmul kernel may block 8 rows differently
+# from 32: allow float32 rounding (assert_close's default float32 tolerances).
+torch.testing.assert_close(torch.tensor(pl[-1]["out"]), want_l)
+M = 4
+assert all(p["ticks"] == [r + m for m in range(M)] for r, p in enumerate(pl))  # stage r does micro-batch m at tick r+m
+n_ticks_p = max(max(p["ticks"]) for p in pl) + 1
+busy_p = sum(len(p["ticks"]) for p in pl) / (W * n_ticks_p)
+assert n_ticks_p == M + W - 1
+print(f"{M} micro-batches on {W} stages: {n_ticks_p} ticks (M + N - 1) instead of {M * W} without overlap; "
+      f"utilisation {busy_p:.0%}, bubble {1 - busy_p:.0%} = (N-1)/(M+N-1)")
+
+# %%
+fig, ax = plt.subplots(figsize=(9, 1.9))
+for r, p in enumerate(pl):
+    for m, t in zip(p["micro_batches"], p["ticks"]):
+        ax.add_patch(plt.Rectangle((t, r - 0.4), 0.95, 0.8, color=plt.cm.tab10(m)))
+        ax.text(t + 0.47, r, f"mb {m}", ha="center", va="center", fontsize=8, color="white")
+ax.set(xlim=(0, n_ticks_p), ylim=(W - 0.5, -0.5), xlabel="tick (logical clock measured by the ranks)",
+       title="pipeline: stage r works on micro-batch m at tick r + m; white = idle (the bubble)")
+ax.set_yticks(range(W), [f"stage {r}" for r in range(W)])
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The staircase is the article's §7.2 timeline, measured. Two more corrections to that section:
+# the pieces flowing through the pipeline are **micro-batches of one batch**, not "different
+# batches" — the optimizer steps only after all micro-batches have gone forward *and backward*, so
+# the result equals training on the whole batch (chapter 7 builds the backward half and the 1F1B
+# schedule). And more micro-batches shrink the bubble `(N-1)/(M+N-1)` but make each piece of work
+# smaller.
+#
+# Finally, the difference between data and pipeline parallelism in one measured table — how many
+# ranks hold each layer, and how many ranks process each sample:
+
+# %% tags=["nbval-check-output"]
+def copies(held, n):
+    """How many ranks hold (or process) each of n items."""
+    return sorted({sum(i in h_ for h_ in held) for i in range(n)})
+
+
+all_layers = [res.results[r]["data"]["layers"] for r in range(W)]
+table = [
+    {"mode": "data", "ranks holding each layer": copies(all_layers, 7), "ranks processing each sample": copies(samples, 32)},
+    {"mode": "pipeline", "ranks holding each layer": copies(layers, 7),
+     "ranks processing each sample": copies([list(range(32))] * W, 32)},
+]
+print(format_table(table))
+assert table[0]["ranks holding each layer"] == [W] and table[0]["ranks processing each sample"] == [1]
+assert table[1]["ranks holding each layer"] == [1] and table[1]["ranks processing each sample"] == [W]
+
+# %% [markdown]
+# Data parallelism replicates the model and splits the samples; pipeline parallelism splits the model
+# and passes every sample through every stage. They are opposites, not a mix — which is exactly why
+# large jobs *combine* them (hybrid / 3D parallelism).
+#
+# ## 4. The challenges (article §2.2) and where this course handles them
+#
+# | challenge (article) | what it means, concretely | seen in this chapter | handled in |
+# |---|---|---|---|
+# | **communication overhead** | gradients (DP), activations (tensor, pipeline) cross the network every step; a device waiting for data does no work | the all-reduce in 3.1/3.2, the sends in 3.3/3.4 | [02 process groups & collectives](02_process_groups_collectives.ipynb) (what a collective costs), [04 DDP](04_ddp.ipynb) (bucketing, overlap with backward); coming chapter 08 (communication optimisation, compression, accumulation) |
+# | **load balance** | the slowest device sets the pace: unequal stages, unequal data shards, a pipeline's bubble | unbalanced `params_held` in 3.3, the bubble in 3.4 | [03 data parallel](03_data_parallel.ipynb) (sharding with `DistributedSampler`), [07 pipeline parallel](07_pipeline_parallel.ipynb) (stage balance, schedules) |
+# | **fault tolerance** | one dead or stuck process stalls every other one at the next collective | — | [00 setup](00_setup.ipynb) (timeouts instead of hangs), [05 multi-node](05_multi_node.ipynb) (elastic launch); coming chapter 09 (common problems, checkpoint/resume) |
+# | **implementation complexity** | every strategy above changes the training code | four modes of one program | [04 DDP](04_ddp.ipynb), [06 model parallel / RPC](06_model_parallel_rpc.ipynb), [07 pipeline](07_pipeline_parallel.ipynb); coming chapters 10 (language-model case study) and 11 (FSDP, outlook) |
+#
+# A challenge the article does not list, and the first section of this chapter is about: **memory**.
+# Data parallelism alone does not help with it; sharding (ZeRO/FSDP, coming chapter 11) and model
+# splitting (chapters 6–7) do.
+#
+# ## Summary
+#
+# * Training memory = weights + gradients + optimizer states (16 bytes/parameter with Adam, measured)
+#   + activations (batch × sequence × width × depth; estimated, and measured on real layers).
+# * Data parallelism splits the **samples** and replicates the model; ZeRO/FSDP shards the replicated
+#   model states; tensor parallelism splits **inside** every layer; layer-wise model parallelism
+#   splits the **layers**; pipeline parallelism is layer splitting **plus micro-batches** — not a mix
+#   of data and model parallelism.
+# * Next: [chapter 2](02_process_groups_collectives.ipynb) builds the process groups and collectives
+#   that all of these run on.

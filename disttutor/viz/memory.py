@@ -1,0 +1,104 @@
+"""The interactive memory calculator of chapter 1: a plot, and a widget around it.
+
+Introduced in chapter 1. :func:`plot_strategies` is a plain function (data +
+matplotlib figure) used by the notebook's static figure, by the widget and
+by the tests; :func:`calculator` only wires ipywidgets to it. The formulas
+live in :mod:`disttutor.memory`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from disttutor import memory as mem
+
+COLORS = {"weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#55A868", "activations": "#C44E52"}
+
+
+def breakdown_rows(cfg: mem.TrainingSetup, n: int) -> list[dict[str, Any]]:
+    """One row per strategy: GiB per device for each part and the total."""
+    rows = []
+    for name, setup in mem.strategies(cfg, n).items():
+        b = mem.per_device(setup)
+        rows.append({"strategy": name, **{k: round(v / mem.GIB, 3) for k, v in b.items()}})
+    return rows
+
+
+def plot_strategies(cfg: mem.TrainingSetup, n: int = 8, device_gib: float = 80.0, ax=None):
+    """Stacked bars: GiB per device for each strategy; returns ``(rows, fig)``.
+
+    ``device_gib`` draws a line at one device's memory (80 GiB: a large
+    data-centre GPU) so you can see which strategies fit.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = breakdown_rows(cfg, n)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(9, 4.2))
+    else:
+        fig = ax.figure
+    names = [r["strategy"] for r in rows]
+    bottom = [0.0] * len(rows)
+    for part in mem.PARTS:
+        vals = [r[part] for r in rows]
+        ax.bar(names, vals, bottom=bottom, label=part, color=COLORS[part])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, tot in enumerate(bottom):
+        ax.text(i, tot, f"{tot:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.axhline(device_gib, color="k", ls="--", lw=1)
+    ax.text(len(rows) - 0.5, device_gib, f"{device_gib:g} GiB device", ha="right", va="bottom", fontsize=8)
+    ax.set_ylabel("GiB per device")
+    ax.set_title(f"{cfg.params / 1e9:.2f}B params, {cfg.precision}, {cfg.optimizer}, "
+                 f"global batch {cfg.batch} x seq {cfg.seq}, on {n} devices")
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return rows, fig
+
+
+def calculator_view(preset: str = "GPT-2 small (12 x 768)", batch: int = 8, seq: int = 1024,
+                    precision: str = "mixed", optimizer: str = "adam", n: int = 8, device_gib: float = 80.0):
+    """What the widget shows for one choice of its controls: ``(rows, fig)``.
+
+    A plain function so it can be tested and called without a display.
+    """
+    if preset not in mem.PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {list(mem.PRESETS)}")
+    layers, hidden, heads = mem.PRESETS[preset]
+    cfg = mem.TrainingSetup(layers=layers, hidden=hidden, heads=heads, seq=seq, batch=batch,
+                            precision=precision, optimizer=optimizer)
+    return plot_strategies(cfg, n=n, device_gib=device_gib)
+
+
+def calculator():
+    """The ipywidgets calculator: change the model, batch, sequence, precision, optimizer, devices."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    controls = dict(
+        preset=w.Dropdown(options=list(mem.PRESETS), value="GPT 7B-like (32 x 4096)", description="model"),
+        batch=w.SelectionSlider(options=[8, 16, 32, 64, 128, 256], value=32, description="global batch"),
+        seq=w.SelectionSlider(options=[256, 512, 1024, 2048, 4096], value=1024, description="sequence"),
+        precision=w.ToggleButtons(options=list(mem.PRECISIONS), value="mixed", description="precision"),
+        optimizer=w.ToggleButtons(options=list(mem.OPTIMIZERS), value="adam", description="optimizer"),
+        n=w.SelectionSlider(options=[2, 4, 8, 16, 32, 64], value=8, description="devices"),
+    )
+    out, table = w.Output(), w.Output()
+
+    def redraw(_=None):
+        kw = {k: c.value for k, c in controls.items()}
+        with out:
+            out.clear_output(wait=True)
+            rows, fig = calculator_view(**kw)
+            display(fig)
+            plt.close(fig)  # the Output holds the image; don't keep figures alive
+        with table:
+            table.clear_output(wait=True)
+            from disttutor.results import format_table
+            print(format_table(rows))
+
+    for c in controls.values():
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([controls["preset"], controls["n"]]), w.HBox([controls["batch"], controls["seq"]]),
+                   controls["precision"], controls["optimizer"], out, table])
