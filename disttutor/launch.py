@@ -154,7 +154,7 @@ def _validate(nproc: Any, nnodes: Any, backend: Any, timeout: Any, env: Any, thr
 
 def _torchrun_argv(target: list[str], argv: list[str], nproc: int, nnodes: int, node: int,
                    port: int, run_id: str, log_dir: str) -> list[str]:
-    cmd = [sys.executable, "-m", "torch.distributed.run",
+    cmd = [sys.executable, "-m", "disttutor._torchrun",  # torchrun, stores on loopback only
            f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
            # c10d rendezvous on loopback: nothing listens on a public interface
            # for a one-machine job, and the OS-chosen port lets launches overlap.

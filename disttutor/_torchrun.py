@@ -1,0 +1,47 @@
+"""torchrun, with its TCP stores listening on loopback only (chapter 0).
+
+torch's ``TCPStore`` server listens on every interface, so a one-machine
+``torchrun --rdzv-endpoint=127.0.0.1:PORT`` still opens ports to the network.
+The stores accept an already-listening socket (``master_listen_fd``); this
+wrapper hands them one bound to 127.0.0.1, then runs torchrun unchanged.
+:func:`disttutor.launch` uses it for every job on this machine.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+
+_TCPStore = dist.TCPStore
+
+
+class LoopbackTCPStore(_TCPStore):
+    def __init__(self, host_name, port, world_size=None, is_master=False, *args, **kwargs):
+        if is_master and kwargs.get("master_listen_fd") is None and not args[3:4]:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", int(port)))
+            except OSError as e:
+                sock.close()
+                # torch's rendezvous retries as a client on RuntimeError (another
+                # agent on this machine already hosts the store): keep that contract.
+                raise RuntimeError(f"port {port} is taken: {e}") from e
+            sock.listen(128)
+            port = sock.getsockname()[1]
+            kwargs["master_listen_fd"] = sock.detach()  # the store owns the socket now
+            host_name = "127.0.0.1"
+        super().__init__(host_name, port, world_size, is_master, *args, **kwargs)
+
+
+def main() -> None:
+    dist.TCPStore = LoopbackTCPStore
+    c10d_rendezvous_backend.TCPStore = LoopbackTCPStore
+    from torch.distributed.run import main as torchrun_main
+
+    sys.exit(torchrun_main())
+
+
+if __name__ == "__main__":
+    main()
