@@ -97,19 +97,36 @@ class Timeline:
 
     @property
     def makespan(self) -> float:
-        return max(s.end for s in self.slots) - min(s.start for s in self.slots)
-
-    def busy(self, rank: int) -> float:
-        return sum(s.end - s.start for s in self.slots if s.rank == rank)
+        return bubble_stats(self.slots, self.spec.p)["makespan"]
 
     def rank_bubble(self, rank: int) -> float:
-        return 1.0 - self.busy(rank) / self.makespan
+        return bubble_stats(self.slots, self.spec.p)["per_rank"][rank]
 
     @property
     def bubble_fraction(self) -> float:
         """Idle area / total area of the drawing (all ranks, start of first slot to end of last)."""
-        total = sum(self.busy(r) for r in range(self.spec.p))
-        return 1.0 - total / (self.spec.p * self.makespan)
+        return bubble_stats(self.slots, self.spec.p)["bubble"]
+
+
+def bubble_stats(slots: list[Slot], p: int) -> dict:
+    """Bubble of a drawn *or measured* timeline, one definition for both.
+
+    The window is the first slot's start to the last slot's end over all
+    ranks; a rank's bubble is the part of that window it spends not computing
+    (waiting for a neighbour, or -- measured -- sending and receiving).
+    """
+    t0, t1 = min(s.start for s in slots), max(s.end for s in slots)
+    span = t1 - t0
+    busy = [sum(s.end - s.start for s in slots if s.rank == r) for r in range(p)]
+    return {"makespan": span, "busy": busy, "per_rank": [1.0 - b / span for b in busy],
+            "bubble": 1.0 - sum(busy) / (p * span)}
+
+
+def slots_from_events(timelines: list[list[list]]) -> list[Slot]:
+    """A measured run's report -> slots: ``timelines[rank]`` is a list of ``[kind, mb, stage, t0, t1]``
+    (what :mod:`disttutor.programs.pipeline` reports)."""
+    return [Slot(r, k, int(mb), int(st), float(a), float(b))
+            for r, evs in enumerate(timelines) for k, mb, st, a, b in evs]
 
 
 def formula(spec: PipeSpec) -> float:

@@ -1,0 +1,124 @@
+"""Pipeline Gantt charts: the schedule on paper, a real run's measured slots, and a widget (chapter 7).
+
+Static first: :func:`theory_figure` and :func:`measured_figure` are plain
+functions returning a matplotlib figure (headless runs and tests use them);
+:func:`bubble_widget` only wraps :func:`theory_figure` in controls.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from disttutor.schedules import SCHEDULES, PipeSpec, Slot, bubble_stats, formula, formula_text, simulate
+
+# Forward light, backward dark; for interleaved, the rank's second chunk in another hue.
+_COLORS = {("F", 0): "#9ecae1", ("B", 0): "#3182bd", ("F", 1): "#fdd0a2", ("B", 1): "#e6550d",
+           ("F", 2): "#c7e9c0", ("B", 2): "#31a354", ("F", 3): "#dadaeb", ("B", 3): "#756bb1"}
+_IDLE = "#eeeeee"
+
+
+def draw_gantt(ax, slots: list[Slot], p: int, title: str = "", unit: str = "time", label_mb: bool = True) -> dict:
+    """Draw ``slots`` as one row per rank (rank 0 on top), idle time shaded; returns :func:`bubble_stats`."""
+    stats = bubble_stats(slots, p)
+    t0 = min(s.start for s in slots)
+    span = stats["makespan"]
+    for r in range(p):
+        # Idle first, as the row's background: whatever the slots do not cover is bubble.
+        ax.barh(r, span, left=0, height=0.8, color=_IDLE, hatch="///", edgecolor="#cccccc", linewidth=0)
+    for s in slots:
+        chunk = s.stage // p
+        ax.barh(s.rank, s.end - s.start, left=s.start - t0, height=0.8,
+                color=_COLORS[(s.kind, chunk % 4)], edgecolor="white", linewidth=0.6)
+        if label_mb and (s.end - s.start) > span / 60:
+            ax.text(s.start - t0 + (s.end - s.start) / 2, s.rank, str(s.mb), ha="center", va="center",
+                    fontsize=7, color="black" if s.kind == "F" else "white")
+    ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
+    ax.set_ylim(p - 0.5, -0.5)
+    ax.set_xlim(0, span)
+    ax.set_xlabel(unit)
+    ax.set_title(title, fontsize=10)
+    return stats
+
+
+def _legend(ax, v: int) -> None:
+    handles = []
+    for c in range(v):
+        suffix = f" (chunk {c})" if v > 1 else ""
+        handles += [Patch(color=_COLORS[("F", c % 4)], label="forward" + suffix),
+                    Patch(color=_COLORS[("B", c % 4)], label="backward" + suffix)]
+    handles.append(Patch(facecolor=_IDLE, hatch="///", edgecolor="#cccccc", label="idle (bubble)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def describe(spec: PipeSpec) -> dict:
+    """What the widget shows, as data: bubble from the drawing, the formula, peak in-flight activations."""
+    tl = simulate(spec)
+    return {"bubble_drawn": tl.bubble_fraction, "bubble_formula": formula(spec), "formula": formula_text(spec),
+            "peak_in_flight": tl.peak_in_flight, "makespan": tl.makespan, "timeline": tl}
+
+
+def theory_figure(spec: PipeSpec, info: dict | None = None):
+    """Gantt chart of ``spec`` plus a bar chart of peak in-flight activations per rank."""
+    info = info or describe(spec)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 0.55 * spec.p + 1.8), width_ratios=[4, 1],
+                                  constrained_layout=True)
+    name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": f"interleaved 1F1B, v={spec.v}"}[spec.schedule]
+    draw_gantt(ax, info["timeline"].slots, spec.p,
+               title=f"{name}: p={spec.p}, m={spec.m}\nbubble measured on the drawing {info['bubble_drawn']:.3f}"
+                     f"  |  formula {info['formula']}",
+               unit="time (one forward of a whole rank's layers = 1)")
+    _legend(ax, spec.v)
+    bars = ax2.barh(range(spec.p), info["peak_in_flight"], color="#636363")
+    ax2.bar_label(bars, fmt="%g", fontsize=8, padding=2)
+    ax2.set_yticks(range(spec.p), [f"rank {r}" for r in range(spec.p)])
+    ax2.set_ylim(spec.p - 0.5, -0.5)
+    ax2.set_xlim(0, max(spec.m, max(info["peak_in_flight"])) * 1.25)
+    ax2.set_xlabel("micro-batches")
+    ax2.set_title("peak activations held", fontsize=10)
+    return fig
+
+
+def measured_figure(spec: PipeSpec, measured: list[Slot], note: str = ""):
+    """The schedule on paper (left) beside a real run's measured slots (right), both with their bubble."""
+    info = describe(spec)
+    stats = bubble_stats(measured, spec.p)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 0.55 * spec.p + 1.8), constrained_layout=True)
+    draw_gantt(a, info["timeline"].slots, spec.p, unit="time (forward = 1)",
+               title=f"theory ({spec.schedule}, p={spec.p}, m={spec.m}): bubble {info['bubble_drawn']:.3f}")
+    ms = [Slot(s.rank, s.kind, s.mb, s.stage, s.start * 1e3, s.end * 1e3) for s in measured]
+    draw_gantt(b, ms, spec.p, unit="milliseconds since the step began",
+               title=f"measured{(' ' + note) if note else ''}: bubble {stats['bubble']:.3f}")
+    _legend(b, spec.v)
+    return fig
+
+
+def bubble_widget(spec: PipeSpec | None = None):
+    """Controls for schedule, p, m, v -> :func:`theory_figure`. Call from a notebook cell."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    spec = spec or PipeSpec()
+    sched = w.Dropdown(options=SCHEDULES, value=spec.schedule, description="schedule")
+    p = w.IntSlider(value=spec.p, min=1, max=8, description="stages p")
+    m = w.IntSlider(value=spec.m, min=1, max=32, description="micro-batches m")
+    v = w.IntSlider(value=spec.v, min=1, max=4, description="stages/rank v")
+    out = w.Output()
+
+    def redraw(*_):
+        out.clear_output(wait=True)
+        with out:
+            try:
+                s = PipeSpec(sched.value, p.value, m.value, v.value if sched.value == "interleaved" else 1)
+            except ValueError as e:  # e.g. interleaved with m not a multiple of p: say so, draw nothing
+                print(f"not drawable: {e}")
+                return
+            fig = theory_figure(s)
+            display(fig)
+            plt.close(fig)  # displayed as an image; keep no live figure per slider move
+
+    for c in (sched, p, m, v):
+        c.observe(redraw, names="value")
+    redraw()
+    ui = w.VBox([w.HBox([sched, v]), w.HBox([p, m]), out])
+    display(ui)
+    return ui
