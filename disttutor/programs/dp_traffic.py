@@ -1,0 +1,279 @@
+"""The per-step traffic of ``nn.DataParallel`` versus DDP's ring all-reduce, on real ranks (chapter 3).
+
+DataParallel is one process driving several GPUs. Without GPUs we cannot run it
+for real, but we can run its *communication pattern* for real: rank 0 plays
+device 0 (the one that holds the module, the batch and the labels), ranks
+1..N-1 play the other devices, and every step trains the article's MLP on one
+fixed batch exactly as DataParallel would:
+
+    dp-*:  broadcast params 0 -> all ; scatter inputs from 0 ; forward ; gather outputs to 0 ;
+           loss on 0 ; scatter output grads from 0 ; backward ; reduce (sum) grads to 0 ; step on 0
+    ddp-ring: each rank forward/backward on its own shard ; ring all-reduce of grads ; step everywhere
+
+Every byte is counted from the size of the tensor handed to a real gloo
+send/recv/scatter/gather; the counts are compared with the textbook formulas in
+:func:`disttutor.dataparallel.expected_bytes`. These are collectives between CPU
+*processes*, not GPU peer copies: the byte counts carry over, the timings do not.
+
+    disttutor run dp_traffic -n 3 -- --steps 3
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from disttutor import data, models, runtime
+from disttutor.dataparallel import PATTERNS
+
+
+# --------------------------------------------------------------------------- counted communication
+class Wire:
+    """Real gloo point-to-point and scatter/gather calls that count the bytes they move, per phase."""
+
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world = rank, world
+        self.out: dict[str, int] = defaultdict(int)  # bytes sent, per phase
+        self.inn: dict[str, int] = defaultdict(int)  # bytes received, per phase
+        self._sends: list = []
+
+    def send(self, t: torch.Tensor, dst: int, phase: str) -> None:
+        self.out[phase] += t.numel() * t.element_size()
+        self._sends.append((dist.isend(t, dst), t))  # keep t alive until the send completes
+
+    def recv(self, t: torch.Tensor, src: int, phase: str) -> None:
+        self.inn[phase] += t.numel() * t.element_size()
+        dist.irecv(t, src).wait()
+
+    def flush(self) -> None:
+        for work, _ in self._sends:
+            work.wait()
+        self._sends.clear()
+
+    def scatter(self, out: torch.Tensor, full: torch.Tensor | None, phase: str) -> None:
+        """Rank 0 sends shard r of ``full`` to rank r (its own shard stays local: no bytes)."""
+        chunks = list(full.chunk(self.world)) if self.rank == 0 else None
+        dist.scatter(out, chunks, src=0)
+        n = out.numel() * out.element_size()
+        if self.rank == 0:
+            self.out[phase] += n * (self.world - 1)
+        else:
+            self.inn[phase] += n
+
+    def gather(self, t: torch.Tensor, phase: str) -> torch.Tensor | None:
+        """Every rank's ``t`` lands on rank 0, concatenated along dim 0 (None elsewhere)."""
+        bufs = [torch.empty_like(t) for _ in range(self.world)] if self.rank == 0 else None
+        dist.gather(t, bufs, dst=0)
+        n = t.numel() * t.element_size()
+        if self.rank == 0:
+            self.inn[phase] += n * (self.world - 1)
+            return torch.cat(bufs)
+        self.out[phase] += n
+        return None
+
+
+def star_broadcast(w: Wire, flat: torch.Tensor, phase: str) -> None:
+    """Rank 0 copies ``flat`` to every other rank in turn: (N-1)*S leave rank 0."""
+    if w.rank == 0:
+        for r in range(1, w.world):
+            w.send(flat, r, phase)
+    else:
+        w.recv(flat, 0, phase)
+    w.flush()
+
+
+def star_reduce(w: Wire, flat: torch.Tensor, phase: str) -> None:
+    """Every rank copies ``flat`` to rank 0, which sums them in place: (N-1)*S arrive at rank 0."""
+    if w.rank == 0:
+        buf = torch.empty_like(flat)
+        for r in range(1, w.world):
+            w.recv(buf, r, phase)
+            flat.add_(buf)
+    else:
+        w.send(flat, 0, phase)
+    w.flush()
+
+
+def chain_broadcast(w: Wire, flat: torch.Tensor, phase: str, pieces: int) -> None:
+    """0 -> 1 -> ... -> N-1, piece by piece: each rank forwards piece i while receiving piece i+1."""
+    for part in flat.tensor_split(pieces):
+        if w.rank > 0:
+            w.recv(part, w.rank - 1, phase)
+        if w.rank < w.world - 1:
+            w.send(part, w.rank + 1, phase)
+    w.flush()
+
+
+def chain_reduce(w: Wire, flat: torch.Tensor, phase: str, pieces: int) -> None:
+    """N-1 -> ... -> 0, piece by piece, each rank adding its own part: the sum arrives at rank 0."""
+    buf = torch.empty_like(flat)
+    for part, b in zip(flat.tensor_split(pieces), buf.tensor_split(pieces)):
+        if w.rank < w.world - 1:
+            w.recv(b, w.rank + 1, phase)
+            part.add_(b)
+        if w.rank > 0:
+            w.send(part, w.rank - 1, phase)  # part is never written again: safe to send async
+    w.flush()
+
+
+def ring_all_reduce(w: Wire, flat: torch.Tensor) -> None:
+    """Sum ``flat`` over all ranks in place: reduce-scatter then all-gather around a ring."""
+    n, r = w.world, w.rank
+    chunks = list(flat.tensor_split(n))
+    right, left = (r + 1) % n, (r - 1) % n
+    for k in range(n - 1):  # after this, rank r holds the full sum of chunk r+1
+        into = chunks[(r - k - 1) % n]
+        buf = torch.empty_like(into)
+        w.send(chunks[(r - k) % n], right, "reduce-scatter")
+        w.recv(buf, left, "reduce-scatter")
+        into.add_(buf)
+        w.flush()
+    for k in range(n - 1):  # pass the finished chunks around
+        w.send(chunks[(r + 1 - k) % n], right, "all-gather")
+        w.recv(chunks[(r - k) % n], left, "all-gather")
+        w.flush()
+
+
+# --------------------------------------------------------------------------- one training step each
+@dataclass(frozen=True)
+class TrafficConfig:
+    steps: int = 3
+    batch: int = 96          # divisible by 2, 3 and 4 (the article's 64 is not divisible by 3)
+    d_in: int = 10
+    hidden: int = 100        # 10 -> 100 -> 10: the article's SimpleModel
+    classes: int = 10
+    lr: float = 0.1
+    pieces: int = 4          # pipeline depth of the chain broadcast/reduce
+    seed: int = 0
+    patterns: tuple[str, ...] = PATTERNS
+
+    def __post_init__(self):
+        for name in ("steps", "batch", "d_in", "hidden", "classes", "pieces"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        bad = [p for p in self.patterns if p not in PATTERNS]
+        if bad or not self.patterns:
+            raise ValueError(f"patterns must be a non-empty subset of {PATTERNS}, got {self.patterns}")
+
+
+def dp_step(w: Wire, model, x, y, cfg: TrafficConfig, how: str) -> tuple[float, torch.Tensor]:
+    """One DataParallel step; returns (loss, summed gradient) on rank 0, (nan, local grad) elsewhere."""
+    params = list(model.parameters())
+    flat = parameters_to_vector(params).detach()
+    # replicate(): DataParallel re-broadcasts every parameter at *every* forward.
+    star_broadcast(w, flat, "replicate") if how == "copy" else chain_broadcast(w, flat, "replicate", cfg.pieces)
+    with torch.no_grad():
+        vector_to_parameters(flat, params)  # on rank 0 a no-op: replica 0 shares the original's storage
+    x_local = torch.empty(cfg.batch // w.world, cfg.d_in)
+    w.scatter(x_local, x, "scatter inputs")
+    out = model(x_local)
+    full = w.gather(out.detach(), "gather outputs")
+    loss, dout = None, None  # only rank 0 ever sees the loss
+    if w.rank == 0:  # the loss needs every output and every label: only device 0 has both
+        full.requires_grad_(True)
+        l_full = F.cross_entropy(full, y)
+        (dout,) = torch.autograd.grad(l_full, full)
+        loss = l_full.item()
+    d_local = torch.empty_like(out)
+    w.scatter(d_local, dout, "scatter output grads")  # Gather.backward is a Scatter
+    model.zero_grad()
+    # == out.backward(d_local); a scalar backward avoids a slow first-call import (sympy) in torch.
+    (out * d_local).sum().backward()
+    g = parameters_to_vector([p.grad for p in params])
+    # Broadcast.backward is ReduceAddCoalesced: a SUM onto device 0. No averaging is needed (or
+    # correct): the loss above is already the mean over the whole batch.
+    star_reduce(w, g, "reduce grads") if how == "copy" else chain_reduce(w, g, "reduce grads", cfg.pieces)
+    return loss, g
+
+
+def ddp_step(w: Wire, model, x, y, cfg: TrafficConfig) -> tuple[float, torch.Tensor]:
+    """One DDP step: local shard, local loss, ring all-reduce, average, every rank steps."""
+    shard = slice(w.rank * cfg.batch // w.world, (w.rank + 1) * cfg.batch // w.world)
+    params = list(model.parameters())
+    model.zero_grad()
+    loss = F.cross_entropy(model(x[shard]), y[shard])  # each rank reads its own shard: no input traffic
+    loss.backward()
+    g = parameters_to_vector([p.grad for p in params])
+    ring_all_reduce(w, g)
+    g /= w.world  # each local loss is a mean over B/N samples: the sum of N of them is N x too big
+    return loss.item(), g
+
+
+def sgd(model, g: torch.Tensor, lr: float) -> None:
+    with torch.no_grad():
+        flat = parameters_to_vector(model.parameters()) - lr * g
+        vector_to_parameters(flat, model.parameters())
+
+
+def run(cfg: TrafficConfig) -> None:
+    with runtime.setup(backend="gloo") as ctx:  # the point is CPU ranks; gloo is the CPU backend
+        if cfg.batch % ctx.world_size:
+            raise ValueError(f"batch {cfg.batch} is not divisible by {ctx.world_size} ranks: every rank "
+                             "must get an equal shard (DistributedSampler pads to the same end)")
+        x, y = data.classification(n=cfg.batch, d_in=cfg.d_in, classes=cfg.classes, seed=cfg.seed).tensors
+        n_params = 0
+        for i, pattern in enumerate(cfg.patterns):
+            model = models.seeded(models.MLP, cfg.seed, cfg.d_in, [cfg.hidden], cfg.classes)
+            n_params = sum(p.numel() for p in model.parameters())
+            w, losses, check = Wire(ctx.rank, ctx.world_size), [], {}
+            dist.barrier()
+            t0 = time.perf_counter()
+            for step in range(cfg.steps):
+                if pattern == "ddp-ring":
+                    loss, g = ddp_step(w, model, x, y, cfg)
+                    sgd(model, g, cfg.lr)
+                else:
+                    loss, g = dp_step(w, model, x, y, cfg, pattern.split("-")[1])
+                    if ctx.rank == 0:
+                        if step == 0:
+                            check = grad_check(model, x, y, g, ctx.world_size)
+                        sgd(model, g, cfg.lr)  # the optimizer only ever updates device 0's module
+                losses.append(loss)
+                runtime.progress(i * cfg.steps + step + 1, len(cfg.patterns) * cfg.steps, desc=pattern)
+            dist.barrier()
+            ms = (time.perf_counter() - t0) / cfg.steps * 1e3
+            runtime.report(**{pattern: {
+                "sent": sum(w.out.values()) // cfg.steps, "recv": sum(w.inn.values()) // cfg.steps,
+                "sent_phases": {k: v // cfg.steps for k, v in w.out.items()},
+                "recv_phases": {k: v // cfg.steps for k, v in w.inn.items()},
+                "ms_per_step": ms, "losses": losses, "params": models.param_summary(model), **check}})
+        runtime.report(n_params=n_params, batch=cfg.batch, d_in=cfg.d_in, d_out=cfg.classes, steps=cfg.steps)
+
+
+def grad_check(model, x, y, g_sum: torch.Tensor, world: int) -> dict[str, float]:
+    """Rank 0, before its first update: the reduced gradient versus the full-batch gradient."""
+    ref = copy.deepcopy(model)
+    ref.zero_grad()
+    F.cross_entropy(ref(x), y).backward()
+    g_full = parameters_to_vector([p.grad for p in ref.parameters()])
+    return {"sum_vs_full": float((g_sum - g_full).abs().max()),       # DataParallel: ~0
+            "mean_vs_full": float((g_sum / world - g_full).abs().max()),  # the article's "average": wrong
+            "grad_norm": float(g_full.norm())}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="dp_traffic", description=__doc__.splitlines()[0])
+    d = TrafficConfig()
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch", type=int, default=d.batch)
+    p.add_argument("--hidden", type=int, default=d.hidden)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--pieces", type=int, default=d.pieces)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--patterns", default=",".join(d.patterns), help=f"comma-separated subset of {PATTERNS}")
+    a = p.parse_args(argv)
+    run(TrafficConfig(steps=a.steps, batch=a.batch, hidden=a.hidden, lr=a.lr, pieces=a.pieces, seed=a.seed,
+                      patterns=tuple(s for s in a.patterns.split(",") if s)))
+
+
+if __name__ == "__main__":
+    main()
