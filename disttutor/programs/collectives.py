@@ -1,0 +1,163 @@
+"""Every collective the course uses, run once on real ranks (chapter 2).
+
+Rank ``r`` starts from ``x = [10r+1, 10r+2, ...]`` (``size`` elements) and
+each operation reports its tensor before and after, so the notebook can show
+and assert a rank-sorted table per collective. Same code on NCCL (GPUs) and
+gloo (CPU): only the device differs.
+
+``reduce_scatter`` is detected live: if the backend lacks it, the program
+says so and shows the equivalent (an all-reduce, then each rank keeps its
+own slice). ``--deadlock`` pairs ranks up and makes both call a blocking
+``send`` first: nobody is receiving, so both wait until the collective
+timeout (the bug the ring all-reduce avoids with ``isend``/``irecv``)::
+
+    python -m torch.distributed.run --nproc-per-node 4 -m disttutor.programs.collectives
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from disttutor import runtime
+
+OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter",
+       "send_recv", "isend_irecv", "barrier")
+
+
+@dataclass(frozen=True)
+class CollectivesConfig:
+    ops: tuple[str, ...] = OPS
+    size: int = 2              # elements per rank
+    barrier_stagger: float = 0.2  # rank r sleeps r * this before the barrier
+    deadlock: bool = False     # demo: two blocking sends facing each other
+
+    def __post_init__(self):
+        unknown = [o for o in self.ops if o not in OPS]
+        if unknown:
+            raise ValueError(f"unknown op(s) {unknown}; choose from {', '.join(OPS)}")
+        if self.size < 1:
+            raise ValueError(f"size must be >= 1, got {self.size}")
+        if self.barrier_stagger < 0:
+            raise ValueError(f"barrier_stagger must be >= 0, got {self.barrier_stagger}")
+
+
+def start(rank: int, size: int, device: torch.device, k: int = 1) -> torch.Tensor:
+    """Rank ``rank``'s starting tensor: ``10*rank + 1, 10*rank + 2, ...`` (``k * size`` elements)."""
+    return (10.0 * rank + torch.arange(1, k * size + 1, dtype=torch.float32)).to(device)
+
+
+def has_reduce_scatter(device: torch.device) -> bool:
+    """Ask the backend itself (a tiny real call): does it implement reduce_scatter?"""
+    n = dist.get_world_size()
+    out = torch.zeros(1, device=device)
+    try:
+        dist.reduce_scatter_tensor(out, torch.ones(n, device=device))
+    except (RuntimeError, NotImplementedError, ValueError):
+        return False
+    return True
+
+
+def run_op(op: str, ctx: runtime.Context, cfg: CollectivesConfig) -> dict:
+    """Run one collective; return this rank's before/after (``None`` = unspecified/none)."""
+    r, n, dev, size = ctx.rank, ctx.world_size, ctx.device, cfg.size
+    x = start(r, size, dev)
+    before, extra = x.tolist(), {}
+    if op == "broadcast":
+        dist.broadcast(x, src=0)                    # everybody gets rank 0's tensor
+        after = x.tolist()
+    elif op == "reduce":
+        dist.reduce(x, dst=0)                       # only rank 0's buffer is defined afterwards
+        after = x.tolist() if r == 0 else None
+    elif op == "all_reduce":
+        dist.all_reduce(x)                          # sum, on every rank
+        after = x.tolist()
+    elif op == "all_gather":
+        out = torch.empty(n * size, device=dev)
+        dist.all_gather_into_tensor(out, x)         # rank i's tensor lands in slice i
+        after = out.tolist()
+    elif op == "reduce_scatter":
+        x = start(r, size, dev, k=n)                # n chunks; chunk i of the sum goes to rank i
+        before, out = x.tolist(), torch.empty(size, device=dev)
+        native = has_reduce_scatter(dev)
+        if native:
+            dist.reduce_scatter_tensor(out, x)
+        # The equivalent with what every backend has: all-reduce (which *is*
+        # reduce-scatter + all-gather) and keep my slice. Twice the traffic.
+        full = x.clone()
+        dist.all_reduce(full)
+        equiv = full.tensor_split(n)[r]
+        after = out.tolist() if native else equiv.tolist()
+        extra = {"native": native, "equivalent": equiv.tolist()}
+    elif op == "gather":
+        outs = [torch.empty(size, device=dev) for _ in range(n)] if r == 0 else None
+        dist.gather(x, gather_list=outs, dst=0)     # only rank 0 receives
+        after = torch.cat(outs).tolist() if r == 0 else None
+    elif op == "scatter":
+        x = start(r, size, dev, k=n)
+        before, out = (x.tolist() if r == 0 else None), torch.empty(size, device=dev)
+        dist.scatter(out, scatter_list=list(x.tensor_split(n)) if r == 0 else None, src=0)
+        after = out.tolist()                        # slice r of rank 0's tensor
+    elif op == "send_recv":
+        # Pairs (0,1), (2,3): blocking send/recv is safe because in every pair
+        # one side sends while the other receives.
+        if r % 2 == 0 and r + 1 < n:
+            dist.send(x, dst=r + 1)
+        elif r % 2 == 1:
+            dist.recv(x, src=r - 1)
+        after = x.tolist()
+    elif op == "isend_irecv":
+        # Ring shift: everybody sends right AND receives from the left at the
+        # same time. Posting both before waiting is what keeps it from deadlocking.
+        got = torch.empty_like(x)
+        reqs = [dist.isend(x, dst=(r + 1) % n), dist.irecv(got, src=(r - 1) % n)]
+        for q in reqs:
+            q.wait()
+        after = got.tolist()
+    elif op == "barrier":
+        time.sleep(r * cfg.barrier_stagger)         # ranks arrive at different times...
+        t0 = time.perf_counter()
+        dist.barrier()                              # ...and leave together
+        extra = {"waited_s": time.perf_counter() - t0}
+        after = x.tolist()
+    else:  # pragma: no cover - the config already rejected it
+        raise ValueError(op)
+    return {"before": before, "after": after, **extra}
+
+
+def deadlock(ctx: runtime.Context, size: int) -> None:
+    """Pairs (0,1), (2,3): BOTH call the blocking ``send`` first. Nobody reaches ``recv``."""
+    peer = ctx.rank ^ 1
+    if peer >= ctx.world_size:
+        return
+    x, got = start(ctx.rank, size, ctx.device), torch.empty(size, device=ctx.device)
+    runtime.rank_print(f"rank {ctx.rank}: send to {peer}, then recv from {peer}")
+    dist.send(x, dst=peer)   # waits for the peer to post a recv -- it never will
+    dist.recv(got, src=peer)
+
+
+def run(cfg: CollectivesConfig) -> None:
+    with runtime.setup() as ctx:
+        if cfg.deadlock:
+            deadlock(ctx, cfg.size)
+        for i, op in enumerate(cfg.ops):
+            runtime.report(**{op: run_op(op, ctx, cfg)})
+            runtime.progress(i + 1, len(cfg.ops), desc="collectives")
+        runtime.report(backend=ctx.backend, device=str(ctx.device))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="collectives", description=__doc__.splitlines()[0])
+    p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    p.add_argument("--size", type=int, default=2)
+    p.add_argument("--barrier-stagger", type=float, default=0.2)
+    p.add_argument("--deadlock", action="store_true")
+    a = p.parse_args(argv)
+    run(CollectivesConfig(ops=tuple(a.ops), size=a.size, barrier_stagger=a.barrier_stagger, deadlock=a.deadlock))
+
+
+if __name__ == "__main__":
+    main()
