@@ -1,0 +1,175 @@
+"""Data-parallel training with a wrapper chosen by flag: torch's DDP or one built from scratch (chapter 4).
+
+The same loop (:mod:`disttutor.train`) runs under ``--wrapper torch``
+(``DistributedDataParallel``), ``naive`` (all-reduce every gradient after
+backward) or ``bucketed`` (async bucket all-reduces launched from gradient
+hooks during backward). Modes:
+
+* ``--reference``: step a single-process model on the full global batch in
+  lockstep and report, after every step, how far each rank's parameters are from it;
+* ``--trace``: record, for one step, when each gradient became ready and when
+  each bucket's all-reduce was launched (overlap made visible);
+* ``--time``: interleave timed rounds of several wrappers on identical models.
+
+    disttutor run ddp_scratch -n 2 -- --wrapper bucketed --reference --trace
+    disttutor run ddp_scratch -n 4 -- --time --wrappers torch naive bucketed
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from disttutor import runtime
+from disttutor.scratch.ddp import BucketedDDP, NaiveDDP
+from disttutor.train import (Reference, TrainConfig, build_data, build_model, compare, global_batch, local_batch,
+                             make_optimizer, train_step)
+
+WRAPPERS = ("torch", "naive", "bucketed")
+
+
+@dataclass(frozen=True)
+class ScratchConfig:
+    train: TrainConfig = field(default_factory=TrainConfig)
+    wrapper: str = "bucketed"
+    bucket_cap: int = 600            # elements per bucket (torch: converted to bucket_cap_mb)
+    reference: bool = False
+    trace: bool = False
+    time: bool = False
+    wrappers: tuple[str, ...] = WRAPPERS  # timed in --time mode
+    rounds: int = 3                  # timed rounds per wrapper, interleaved to share the machine's noise
+    warmup: int = 2
+
+    def __post_init__(self):
+        bad = [w for w in (self.wrapper, *self.wrappers) if w not in WRAPPERS]
+        if bad:
+            raise ValueError(f"unknown wrapper(s) {bad}: choose from {WRAPPERS}")
+        if self.bucket_cap < 1:
+            raise ValueError(f"bucket_cap must be >= 1 element, got {self.bucket_cap}")
+        if self.rounds < 1 or self.warmup < 0:
+            raise ValueError("rounds must be >= 1 and warmup >= 0")
+
+
+def wrap(model, kind: str, ctx: runtime.Context, bucket_cap: int, trace: list | None = None):
+    """Returns ``(wrapped_model, before_step)`` for the chosen data-parallel wrapper."""
+    if kind == "torch":
+        ddp = DDP(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None,
+                  bucket_cap_mb=bucket_cap * 4 / 2**20)  # fp32: 4 bytes per element
+        if trace is not None:
+            _trace_torch(ddp, trace)
+        return ddp, None  # torch's DDP has finished averaging when backward() returns
+    w = NaiveDDP(model) if kind == "naive" else BucketedDDP(model, bucket_cap, trace=trace)
+    return w, w.finish
+
+
+def _trace_torch(ddp: DDP, trace: list) -> None:
+    """Record gradient-ready events and torch DDP's bucket launches (through a comm hook)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    for name, p in ddp.module.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda _p, name=name: trace.append(("grad", name)))
+
+    def hook(state, bucket):
+        trace.append(("launch", bucket.index()))
+        return allreduce_hook(None, bucket)  # the default: async all-reduce, then divide by world size
+
+    ddp.register_comm_hook(None, hook)
+
+
+def train(cfg: ScratchConfig, ctx: runtime.Context) -> None:
+    tc = cfg.train
+    model = build_model(tc).to(ctx.device)
+    if ctx.rank != 0:  # different weights on purpose: the wrapper must broadcast rank 0's
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * ctx.rank)
+    trace: list | None = [] if cfg.trace else None
+    wrapped, before_step = wrap(model, cfg.wrapper, ctx, cfg.bucket_cap, trace)
+    opt = make_optimizer(tc, wrapped.parameters())
+    ref = Reference(tc, ctx.device) if cfg.reference else None
+    x, y = (t.to(ctx.device) for t in build_data(tc))
+    errors, worst, traces = [], [], []
+    for step in range(tc.steps):
+        if trace is not None:
+            trace.clear()
+        loss = train_step(wrapped, opt, *local_batch(*global_batch(tc, x, y, step), ctx.rank, ctx.world_size),
+                          before_step)
+        if trace is not None:
+            traces.append(list(trace))
+        if ref is not None:
+            ref.step(step)
+            per_param = compare(wrapped, ref.model)
+            name, err = max(per_param, key=lambda t: t[1])
+            errors.append(err)
+            worst.append(name)
+        runtime.progress(step + 1, tc.steps, desc=f"{cfg.wrapper} on {ctx.world_size} ranks", loss=loss)
+    out = {"wrapper": cfg.wrapper, "steps": tc.steps, "max_rel_err": errors, "worst_param": worst}
+    if isinstance(wrapped, BucketedDDP):
+        out["buckets"] = [[n for n, p in model.named_parameters() if any(p is q for q in b)]
+                          for b in wrapped.buckets]
+    if trace is not None:
+        out["trace"] = traces[-1]  # the last step: torch DDP rebuilds its buckets after step 1
+    runtime.report(**out)
+
+
+def time_wrappers(cfg: ScratchConfig, ctx: runtime.Context) -> None:
+    """Median step time of each wrapper, in interleaved rounds on identical models and data."""
+    tc = cfg.train
+    x, y = (t.to(ctx.device) for t in build_data(tc))
+    runs = {}
+    for kind in cfg.wrappers:
+        wrapped, before = wrap(build_model(tc).to(ctx.device), kind, ctx, cfg.bucket_cap)
+        runs[kind] = (wrapped, make_optimizer(tc, wrapped.parameters()), before)
+    samples: dict[str, list[float]] = {k: [] for k in cfg.wrappers}
+    total, done = cfg.rounds * len(cfg.wrappers), 0
+    for rnd in range(cfg.rounds):
+        for kind, (wrapped, opt, before) in runs.items():
+            for step in range(cfg.warmup + tc.steps):
+                xb, yb = local_batch(*global_batch(tc, x, y, step), ctx.rank, ctx.world_size)
+                if step == cfg.warmup:
+                    t0 = runtime.barrier_time()  # all ranks start the timed block together
+                train_step(wrapped, opt, xb, yb, before)
+            dist.barrier()  # the slowest rank ends the block: that is the step time everyone sees
+            samples[kind].append((time.perf_counter() - t0) / tc.steps * 1e3)
+            done += 1
+            runtime.progress(done, total, desc=f"timing on {ctx.world_size} ranks")
+    runtime.report(step_ms={k: statistics.median(v) for k, v in samples.items()}, samples_ms=samples,
+                   params=sum(p.numel() for p in build_model(tc).parameters()),
+                   local_batch=tc.batch // ctx.world_size)
+
+
+def run(cfg: ScratchConfig) -> None:
+    with runtime.setup() as ctx:
+        cfg.train.check_world(ctx.world_size)
+        (time_wrappers if cfg.time else train)(cfg, ctx)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="ddp_scratch", description=__doc__.splitlines()[0])
+    p.add_argument("--wrapper", choices=WRAPPERS, default="bucketed")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--batch", type=int, default=32, help="global batch (a multiple of the world size)")
+    p.add_argument("--n", type=int, default=256)
+    p.add_argument("--d-in", type=int, default=16)
+    p.add_argument("--hidden", type=int, nargs="+", default=[32, 32])
+    p.add_argument("--d-out", type=int, default=4)
+    p.add_argument("--bucket-cap", type=int, default=600)
+    p.add_argument("--reference", action="store_true")
+    p.add_argument("--trace", action="store_true")
+    p.add_argument("--time", action="store_true")
+    p.add_argument("--wrappers", nargs="+", default=list(WRAPPERS))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=2)
+    a = p.parse_args(argv)
+    tc = TrainConfig(n=a.n, d_in=a.d_in, hidden=tuple(a.hidden), d_out=a.d_out, batch=a.batch, steps=a.steps)
+    run(ScratchConfig(train=tc, wrapper=a.wrapper, bucket_cap=a.bucket_cap, reference=a.reference,
+                      trace=a.trace, time=a.time, wrappers=tuple(a.wrappers), rounds=a.rounds, warmup=a.warmup))
+
+
+if __name__ == "__main__":
+    main()
