@@ -416,7 +416,7 @@ all_layers = [res.results[r]["data"]["layers"] for r in range(W)]
 table = [
     {"mode": "data", "ranks holding each layer": copies(all_layers, 7), "ranks processing each sample": copies(samples, 32)},
     {"mode": "pipeline", "ranks holding each layer": copies(layers, 7),
-     "ranks processing each sample": copies([list(range(32))] * W, 32)},
+     "ranks processing each sample": copies([p["samples"] for p in pl], 32)},
 ]
 print(format_table(table))
 assert table[0]["ranks holding each layer"] == [W] and table[0]["ranks processing each sample"] == [1]

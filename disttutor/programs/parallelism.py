@@ -151,7 +151,7 @@ def pipeline_parallel(cfg: SplitConfig, ctx) -> dict:
     x = regression(n=cfg.samples, d_in=D_IN, d_out=D_OUT, seed=cfg.seed).tensors[0]
     prev, nxt = ctx.rank - 1, ctx.rank + 1
     is_first, is_last = ctx.rank == 0, ctx.rank == ctx.world_size - 1
-    ticks, outs, clock = [], [], -1
+    ticks, outs, seen, clock = [], [], [], -1
     with torch.no_grad():
         for mb in range(m):
             if is_first:
@@ -163,13 +163,14 @@ def pipeline_parallel(cfg: SplitConfig, ctx) -> dict:
             clock = max(clock, sender) + 1
             out = stage(inp)
             ticks.append(clock)
+            seen.extend(range(mb * rows, mb * rows + inp.shape[0]))  # the samples this stage really processed
             if is_last:
                 outs.append(out)
             else:
                 send_activation(out, clock, nxt)
             runtime.progress(mb + 1, m, desc=f"stage 0, {cfg.mode}")
     return dict(layers=list(range(first, last)), params_held=sum(p.numel() for p in stage.parameters()),
-                micro_batches=list(range(m)), ticks=ticks,
+                micro_batches=list(range(m)), ticks=ticks, samples=seen,
                 out=torch.cat(outs).tolist() if is_last else None)
 
 
