@@ -204,3 +204,51 @@ def widget(max_kb_log2: int = 15):
 
     button.on_click(on_click)
     return w.VBox([w.HBox([algos, ranks]), span, points, iters, button, out])
+
+
+def ring_schedule(n: int) -> list[dict[str, Any]]:
+    """Simulate the ring's bookkeeping (no communication): who holds whose data, step by step.
+
+    Uses the same indices as :func:`disttutor.scratch.allreduce.ring_all_reduce`.
+    Each entry: ``{"phase", "step", "sends": [(src, dst, chunk)], "count": n×n list}``
+    where ``count[r][c]`` is how many ranks' contributions rank ``r``'s chunk
+    ``c`` contains after the step (``n`` everywhere at the end).
+    """
+    if not isinstance(n, int) or n < 2:
+        raise ValueError(f"a ring needs n >= 2 ranks, got {n!r}")
+    have = [[{r} for _ in range(n)] for r in range(n)]
+    out = [{"phase": "start", "step": 0, "sends": [], "count": [[len(s) for s in row] for row in have]}]
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(n - 1):
+            shift = 0 if phase == "reduce-scatter" else 1
+            sends = [(r, (r + 1) % n, (r - step + shift) % n) for r in range(n)]
+            snapshot = [[set(s) for s in row] for row in have]  # everybody sends at the same time
+            for src, dst, c in sends:
+                have[dst][c] = (have[dst][c] | snapshot[src][c]) if phase == "reduce-scatter" else set(snapshot[src][c])
+            out.append({"phase": phase, "step": step + 1, "sends": sends,
+                        "count": [[len(s) for s in row] for row in have]})
+    return out
+
+
+def plot_ring_schedule(n: int = 4):
+    """One panel per step: rows are ranks, columns chunks; the number is how many ranks' data
+    that chunk already sums; outlined cells are the chunks just received."""
+    import matplotlib.pyplot as plt
+
+    steps = ring_schedule(n)
+    fig, axes = plt.subplots(1, len(steps), figsize=(2.0 * len(steps), 2.4))
+    for ax, st in zip(axes, steps):
+        ax.imshow(np.array(st["count"]), cmap="Greens", vmin=0, vmax=n)
+        for r in range(n):
+            for c in range(n):
+                k = st["count"][r][c]
+                ax.text(c, r, k, ha="center", va="center", fontsize=8, color="white" if k > n / 2 else "black")
+        for _src, dst, c in st["sends"]:
+            ax.add_patch(plt.Rectangle((c - 0.5, dst - 0.5), 1, 1, fill=False, edgecolor="black", lw=2))
+        ax.set_title(f"{st['phase']}\nstep {st['step']}" if st["step"] else "start", fontsize=8)
+        ax.set_xticks(range(n), [f"c{c}" for c in range(n)], fontsize=7)
+        ax.set_yticks(range(n), [f"r{r}" for r in range(n)], fontsize=7)
+    fig.suptitle(f"ring all-reduce on {n} ranks: contributions per chunk (rows: ranks, columns: chunks)",
+                 fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,430 @@
+# %% [markdown]
+# # Chapter 2 — Process groups, backends, collectives, and an all-reduce lab
+#
+# The article's §3 names the three building blocks of `torch.distributed` in a few lines:
+# a **process group** (the processes that talk to each other), a **backend** (the library that
+# moves the bytes: NCCL, Gloo, MPI) and the training modes built on top. This chapter makes each
+# of them concrete on real processes:
+#
+# 1. **Process groups** — what `torchrun` tells each process, and smaller groups inside the world.
+# 2. **Backends** — which ones *this* torch build contains, detected live, and how the same
+#    program picks NCCL on GPUs and Gloo on CPUs without edits.
+# 3. **Collectives** — every operation later chapters use, each rank's tensor before and after.
+# 4. **All-reduce lab** — all-reduce from scratch with point-to-point messages: naive, tree, and
+#    the ring (Exercise 2.1), checked against `dist.all_reduce`.
+# 5. **Timing** — latency and bus bandwidth of all four, with a latency–bandwidth (α–β) model.
+#
+# Every run below is a real `torchrun` job: several processes, a real process group, real
+# messages (Gloo over loopback TCP on a CPU-only machine).
+
+# %%
+import torch
+
+import disttutor
+from disttutor.results import format_table
+
+assert disttutor.resolve_program("process_groups")[0] == "disttutor.programs.process_groups"
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 1. Process groups
+#
+# `torchrun` starts one process per device (per *rank*) and gives each one its identity in
+# environment variables. `runtime.setup()` reads them and calls `dist.init_process_group`,
+# which creates the **default group**: all `WORLD_SIZE` processes.
+#
+# | variable | meaning |
+# |---|---|
+# | `RANK` | my number among all processes of the job, `0 .. WORLD_SIZE-1` |
+# | `LOCAL_RANK` | my number on *this machine* — the GPU to use is `cuda:LOCAL_RANK` |
+# | `WORLD_SIZE`, `LOCAL_WORLD_SIZE` | processes in the job / on this machine |
+# | `GROUP_RANK` | which machine (torchrun agent) I am on |
+# | `MASTER_ADDR`, `MASTER_PORT` | where the rendezvous store listens |
+#
+# The program `disttutor/programs/process_groups.py` reports these, then builds subgroups.
+# Two ranks first:
+
+# %% tags=["nbval-check-output"]
+pg2 = disttutor.launch("process_groups", nproc=2, stream=False)
+print(pg2.table("rank", "local_rank", "world_size", "world_sum"))
+assert [r["rank"] for r in pg2.results] == [0, 1]
+assert all(r["world_sum"] == 1 + 2 for r in pg2.results)  # every rank added 1 + 2
+
+# %% [markdown]
+# Now four. `dist.new_group(ranks)` makes a group of some of the ranks; collectives that get
+# `group=` only involve its members. The program makes the even ranks and the odd ranks into two
+# groups, and uses `dist.new_subgroups(group_size=2)` for consecutive blocks (the shape of "one
+# group per machine"). Each rank contributes `rank + 1`:
+
+# %% tags=["nbval-check-output"]
+pg4 = disttutor.launch("process_groups", nproc=4, stream=False)
+print(pg4.table("parity_group", "parity_rank", "parity_sum", "block_group", "block_rank", "block_sum",
+                "world_sum"))
+for r, rep in enumerate(pg4.results):
+    parity = [q for q in range(4) if q % 2 == r % 2]
+    block = [q for q in range(4) if q // 2 == r // 2]
+    assert rep["parity_group"] == parity and rep["parity_rank"] == parity.index(r)
+    assert rep["parity_sum"] == sum(q + 1 for q in parity)   # only my group's members were added
+    assert rep["block_group"] == block and rep["block_sum"] == sum(q + 1 for q in block)
+    assert rep["world_sum"] == 1 + 2 + 3 + 4
+
+# %% [markdown]
+# A rank has a *global* rank and a rank *inside each group* (`dist.get_rank(group)`): rank 3 is
+# number 1 of the odd group. One subtlety is worth its comment in the program: **`new_group` is
+# itself collective** — every rank must call it, with the same list, in the same order, even ranks
+# that will not be members. Skip it on one rank and the next collective waits forever.
+#
+# What torchrun set (the values of `MASTER_PORT` and `TORCHELASTIC_RUN_ID` change every launch, so
+# only their names are shown):
+
+# %% tags=["nbval-check-output"]
+env_rows = [{"rank": r, **{k: v for k, v in rep["env"].items() if k != "MASTER_ADDR"}}
+            for r, rep in enumerate(pg4.results)]
+print(format_table(env_rows))
+print("MASTER_ADDR:", pg4.results[0]["env"]["MASTER_ADDR"], "| also set:", ", ".join(pg4.results[0]["varying_env"]))
+for r, rep in enumerate(pg4.results):
+    assert rep["env"]["RANK"] == str(r) and rep["env"]["WORLD_SIZE"] == "4"
+    assert rep["env"]["LOCAL_RANK"] == str(r)  # one machine: local rank == global rank
+
+# %% [markdown]
+# ## 2. Backends: NCCL, Gloo, MPI
+#
+# The backend is the library under `dist.all_reduce` and friends:
+#
+# * **NCCL** (NVIDIA) — GPU tensors only, uses NVLink / PCIe / InfiniBand directly. The one to use
+#   for training on NVIDIA GPUs.
+# * **Gloo** (Meta) — CPU tensors (and some GPU collectives, slowly), over TCP. Built into every
+#   PyTorch wheel; it is what runs everything in this course on a laptop, and what people use for
+#   CPU-side coordination next to NCCL.
+# * **MPI** — uses the cluster's MPI library. The article lists it as a choice; the true story is
+#   that PyTorch only gets it when *built from source* against an MPI installation — the wheels on
+#   PyPI are built with `USE_MPI=OFF`. Newer names exist too (UCC; XCCL for Intel GPUs).
+#
+# Which ones this torch contains, asked live:
+
+# %%
+import re
+
+import torch.distributed as dist
+
+available = {name: getattr(dist, f"is_{name}_available", lambda: False)() for name in ("gloo", "nccl", "mpi", "ucc", "xccl")}
+build_flags = dict(re.findall(r"USE_(MPI|NCCL|GLOO)=(\w+)", torch.__config__.show()))
+print(format_table([{"backend": k, "built in": v, "build flag": build_flags.get(k.upper(), "-")} for k, v in available.items()]))
+assert available["gloo"], "every PyTorch wheel has gloo"
+assert available["mpi"] == (build_flags.get("MPI") == "ON")  # the live check agrees with the build config
+
+# %% [markdown]
+# `runtime.setup()` picks for you: NCCL with `cuda:LOCAL_RANK` when every local rank has its own
+# GPU, otherwise Gloo on CPU. Programs never name a backend, so the same file runs on a laptop and
+# on a GPU node. Here is the choice on this machine, and what the ranks actually used:
+
+# %%
+from disttutor import runtime
+
+n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+choice = runtime.pick_backend(None, local_world_size=4, local_rank=0)
+print(f"GPUs: {n_gpu}; runtime picks: {choice[0]} on {choice[1]}")
+print(pg4.table("backend", "device"))
+assert {r["backend"] for r in pg4.results} == {choice[0]}
+if n_gpu < 4:
+    print("No 4 GPUs here: NCCL cannot run, so the ranks above used gloo on CPU. Same code, other backend.")
+
+# %% [markdown]
+# Asking for NCCL where it cannot run is a clear error before anything starts (not a hang):
+
+# %%
+try:
+    disttutor.launch("process_groups", nproc=2, backend="nccl", stream=False)
+    print("NCCL launch worked: this machine has GPUs")
+except ValueError as e:
+    print("ValueError:", e)
+    assert n_gpu < 2
+
+# %% [markdown]
+# ## 3. The collectives
+#
+# A **collective** is an operation every rank of a group calls; the backend moves the data. The
+# program `disttutor/programs/collectives.py` runs each one once on 4 ranks. Rank `r` starts from
+# `x = [10r+1, 10r+2]` (so you can read off whose data went where). One launch, then a table per
+# collective; each is checked against the same arithmetic done here in one process with plain
+# torch.
+
+# %%
+from disttutor.programs.collectives import start
+
+coll = disttutor.launch("collectives", nproc=4, stream=False)
+N = coll.world_size
+X = torch.stack([start(r, 2, "cpu") for r in range(N)])           # every rank's x, here in one process
+X_BIG = torch.stack([start(r, 2, "cpu", k=N) for r in range(N)])  # the 8-element inputs
+
+
+def show(op):
+    """Rank-sorted table of one collective: each rank's tensor before and after ('-': undefined/none)."""
+    rows = [{"rank": r, "before": "-" if rep[op]["before"] is None else rep[op]["before"],
+             "after": "-" if rep[op]["after"] is None else rep[op]["after"]} for r, rep in enumerate(coll.results)]
+    print(format_table(rows))
+
+
+def after(op, r):
+    return coll.results[r][op]["after"]
+
+
+# %% [markdown]
+# **broadcast** (`src=0`): everybody ends with rank 0's tensor — how DDP makes all replicas start
+# from the same weights.
+
+# %% tags=["nbval-check-output"]
+show("broadcast")
+assert all(after("broadcast", r) == X[0].tolist() for r in range(N))
+
+# %% [markdown]
+# **reduce** (`dst=0`): the sum arrives on rank 0 only; the other ranks' buffers are *unspecified*
+# afterwards (the backend may use them as scratch space), so they are not shown.
+
+# %% tags=["nbval-check-output"]
+show("reduce")
+assert after("reduce", 0) == X.sum(0).tolist()
+
+# %% [markdown]
+# **all_reduce**: the sum on every rank — the collective of data parallelism (averaging gradients).
+
+# %% tags=["nbval-check-output"]
+show("all_reduce")
+assert all(after("all_reduce", r) == X.sum(0).tolist() for r in range(N))
+
+# %% [markdown]
+# **all_gather** (`all_gather_into_tensor`): everybody gets everybody's tensor, in rank order.
+
+# %% tags=["nbval-check-output"]
+show("all_gather")
+assert all(after("all_gather", r) == X.reshape(-1).tolist() for r in range(N))
+
+# %% [markdown]
+# **reduce_scatter** (`reduce_scatter_tensor`): each rank has `N` chunks; chunk `i` of the *sum*
+# lands on rank `i`. It is the first half of a ring all-reduce, and the heart of FSDP/ZeRO (each rank
+# keeps only its shard of the gradients). Older Gloo builds lacked it, so the program asks the backend
+# live and also computes the equivalent every backend has: all-reduce, then keep your own slice (which
+# moves twice the data).
+
+# %% tags=["nbval-check-output"]
+show("reduce_scatter")
+native = coll.results[0]["reduce_scatter"]["native"]
+print(f"{coll.results[0]['backend']} implements reduce_scatter natively: {native}")
+want = X_BIG.sum(0).tensor_split(N)
+for r in range(N):
+    assert after("reduce_scatter", r) == want[r].tolist()
+    assert coll.results[r]["reduce_scatter"]["equivalent"] == want[r].tolist()  # same answer either way
+
+# %% [markdown]
+# **gather** / **scatter** (`dst=0` / `src=0`): like all_gather, but only rank 0 receives; and the
+# reverse, rank 0 hands slice `i` of its tensor to rank `i` (the other ranks' input is unused).
+
+# %% tags=["nbval-check-output"]
+show("gather")
+show("scatter")
+assert after("gather", 0) == X.reshape(-1).tolist()
+assert all(after("scatter", r) == X_BIG[0].tensor_split(N)[r].tolist() for r in range(N))
+
+# %% [markdown]
+# **send / recv** are point-to-point, not collective: only the two ranks involved take part.
+# Pairs (0→1) and (2→3) with blocking calls, then a *ring shift* where every rank sends to its right
+# neighbour and receives from its left one with `isend`/`irecv`:
+
+# %% tags=["nbval-check-output"]
+show("send_recv")
+show("isend_irecv")
+for r in range(N):
+    assert after("send_recv", r) == X[r - r % 2].tolist()       # odd ranks got their even partner's x
+    assert after("isend_irecv", r) == X[(r - 1) % N].tolist()   # everybody got the left neighbour's x
+
+# %% [markdown]
+# **barrier**: nobody leaves until everybody has arrived. Rank `r` sleeps `0.2·r` s first, so rank 0
+# waits longest. (Timings: measured, different every run.)
+
+# %%
+print(format_table([{"rank": r, "waited (s)": rep["barrier"]["waited_s"]} for r, rep in enumerate(coll.results)]))
+waits = [rep["barrier"]["waited_s"] for rep in coll.results]
+assert waits[0] > waits[-1], "the first to arrive waits the longest"
+
+# %% [markdown]
+# ### Why the ring shift used `isend`/`irecv`: a deadlock, shown safely
+# In a ring step *every* rank sends and receives. Written as "`send` then `recv`" on both sides of a
+# pair, both ranks sit in `send`, each waiting for the other to post a `recv` — Gloo's `send` does not
+# complete until the receiver is ready. (NCCL may buffer *small* messages, so there the same bug
+# appears only for big tensors — worse.) With a 3-second collective timeout the demo ends on its own:
+
+# %%
+dead = disttutor.launch("collectives", nproc=2, args={"deadlock": True, "ops": ["barrier"]},
+                        collective_timeout=3, timeout=60, stream=False, check=False)
+print(dead.summary(lines=1))
+assert not dead.ok
+assert any("waited more than 3s" in (r.error or "") for r in dead.ranks)
+
+# %% [markdown]
+# `isend`/`irecv` return at once with a request; posting both and *then* waiting lets every send find
+# its receive. (`dist.batch_isend_irecv` does the same for a list of operations.)
+#
+# ## 4. All-reduce lab
+#
+# `dist.all_reduce` is one call, but how does it work? Three ways, each with only point-to-point
+# messages. For `n` ranks and a tensor of `N` bytes:
+#
+# | algorithm | how | steps | bytes sent by the busiest rank |
+# |---|---|---|---|
+# | naive | everybody → rank 0 adds → rank 0 sends the sum back | `2(n−1)` at rank 0 | `(n−1)·N` (and it receives as much) |
+# | tree | pairs add up in `log₂n` rounds, the total flows back down | `2·log₂n` | `≈ log₂n·N` at the root |
+# | ring | reduce-scatter then all-gather around a ring, `N/n` per message | `2(n−1)` | `2(n−1)/n·N` — *independent of n* |
+#
+# The ring's bytes per rank barely grow with `n`: that is why it is the bandwidth-optimal choice for
+# large tensors. The picture shows its bookkeeping for 4 ranks: rows are ranks, columns the 4 chunks,
+# the number says how many ranks' data a chunk already contains; outlined cells just arrived.
+
+# %%
+import matplotlib.pyplot as plt
+
+from disttutor.viz.allreduce import plot_ring_schedule, ring_schedule
+
+fig = plot_ring_schedule(4)
+plt.show()
+final = ring_schedule(4)[-1]["count"]
+assert all(c == 4 for row in final for c in row)  # after 2(n-1) = 6 steps every chunk holds all 4 ranks' data
+
+# %% [markdown]
+# Reduce-scatter, step `k` (counting from 0): rank `r` sends chunk `(r − k) mod n` to rank `r+1`,
+# receives chunk `(r − k − 1) mod n` from rank `r−1` and **adds** it into its own copy. After `n−1`
+# steps rank `r` holds the complete sum of chunk `(r+1) mod n`. The all-gather then passes finished
+# chunks on: step `k` sends chunk `(r − k + 1) mod n` and receives chunk `(r − k) mod n`, *copying*
+# it into place.
+#
+# ### Exercise 2.1 — the ring all-reduce
+# Write `ring_all_reduce(tensor)`: it sums `tensor` over all ranks of the default group **in place**
+# (like `dist.all_reduce`) and returns it.
+#
+# * flatten: `flat = tensor.view(-1)` (a view: writing into it writes into `tensor`; if the tensor is
+#   not contiguous, work on a contiguous copy and copy back at the end);
+# * `chunks = flat.tensor_split(n)` handles sizes not divisible by `n` (and tensors smaller than `n`:
+#   some chunks are empty — skip sending and receiving those);
+# * in each step post `dist.isend(chunk, right)` and `dist.irecv(buffer, left)`, then `.wait()` both;
+# * everything inside the function: the checker sends its *source* to the ranks (`torch` and `dist`
+#   are imported for you).
+#
+# The checker runs your function on 2, 3 and 4 real ranks for many shapes and dtypes and compares
+# every element with a single-process reference and with `dist.all_reduce`.
+
+# %%
+def ring_all_reduce(tensor):
+    """Sum `tensor` over all ranks, in place, with a ring of isend/irecv. Returns `tensor`."""
+    raise NotImplementedError("Exercise 2.1: implement the ring all-reduce (reduce-scatter, then all-gather)")
+
+
+# %% tags=["nbval-check-output"]
+from disttutor.checks.allreduce import CASES, check_all_reduce, check_ring_allreduce
+
+result = check_ring_allreduce(ring_all_reduce)
+print(result)
+
+# %% [markdown]
+# (The committed notebook shows the untouched stub: the check tells you it is still a stub.) A wrong
+# ring does not just fail: the checker names the rank, the ring chunk and the first wrong element.
+# Here is a ring that forgot the all-gather phase, on 3 ranks:
+
+# %% tags=["nbval-check-output"]
+def ring_without_all_gather(tensor):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    chunks = tensor.view(-1).tensor_split(n)
+    for step in range(n - 1):  # reduce-scatter only
+        s, r = (rank - step) % n, (rank - step - 1) % n
+        buf = torch.empty_like(chunks[r])
+        reqs = [dist.isend(chunks[s], (rank + 1) % n), dist.irecv(buf, (rank - 1) % n)]
+        for q in reqs:
+            q.wait()
+        chunks[r].add_(buf)
+    return tensor
+
+
+buggy = check_all_reduce(ring_without_all_gather, world_sizes=(3,))
+print(buggy)
+assert not buggy.passed and "chunk" in str(buggy)
+
+# %% [markdown]
+# The reference implementations in `disttutor/scratch/allreduce.py` — naive, tree and ring — pass
+# the same checker (here on 3 and 4 ranks; the tests also run 2):
+
+# %% tags=["nbval-check-output"]
+import disttutor.scratch.allreduce as scratch
+
+reference = check_all_reduce(scratch.__file__, ["naive_all_reduce", "tree_all_reduce", "ring_all_reduce"],
+                             world_sizes=(3, 4))
+print(reference)
+print(f"{len(CASES) + 1} cases per algorithm, per world size:")
+print(format_table([{"shape": s, "dtype": d} for s, d in CASES] + [{"shape": "(6, 4).t()", "dtype": "float32"}]))
+assert reference.passed
+assert all(d.get("cases") == 3 * (len(CASES) + 1) for d in reference.details)
+
+# %% [markdown]
+# When your ring passes, `print(check_ring_allreduce(ring_all_reduce))` says *passed ✓*. Stuck? The
+# solution is in `solutions/ex2_1_ring_allreduce.py`.
+#
+# ## 5. How fast? Latency, bandwidth and the α–β model
+#
+# `disttutor/programs/allreduce_bench.py` times the built-in `dist.all_reduce` and the three
+# from-scratch ones: warm-up calls, then each timed call starts right after a barrier, the times of
+# all ranks are gathered and a call counts as long as its slowest rank; the median over calls is
+# kept. Algorithms are interleaved call by call, so a noisy neighbour hurts them all alike.
+#
+# Two ways to read a time `t` for `N` bytes on `n` ranks (the nccl-tests convention):
+# `algbw = N/t`, and **bus bandwidth** `busbw = algbw·2(n−1)/n` — the rate each rank's link
+# actually carries in a bandwidth-optimal all-reduce, comparable across `n`.
+#
+# The **α–β model** says a call costs a fixed latency plus a per-byte cost: `t(N) = α + β·N`. Small
+# messages are all α (busbw tiny), large ones all β (busbw → `1/β`, scaled). A small, fast sweep
+# (2 ranks; timings vary from run to run):
+
+# %%
+from disttutor.viz.allreduce import fits, plot_sweep, sweep
+
+data = sweep(("builtin", "naive", "tree", "ring"), nprocs=(2,), sizes=(4 << 10, 64 << 10, 1 << 20), iters=3)
+fig = plot_sweep(data, title="2 ranks, gloo on CPU (measured now)")
+plt.show()
+for (algo, n), m in fits(data).items():
+    print(f"{algo:>7} on {n} ranks: alpha = {m.alpha * 1e6:7.1f} us, 1/beta = {m.bandwidth / 1e9:6.3f} GB/s")
+bw = {(r["algo"], r["bytes"]): r["busbw"] for r in data}
+assert len(data) == 4 * 3 and all(r["time_s"] > 0 for r in data)
+assert bw[("builtin", 1 << 20)] > bw[("builtin", 4 << 10)], "big messages use the link better than small ones"
+
+# %% [markdown]
+# What to look for: at a few KB every algorithm is latency-bound (flat times, α); at a MB the
+# per-byte cost dominates. With only 2 ranks the three algorithms send the same bytes, so they are
+# close; the differences grow with `n` — pick 4 ranks and the naive algorithm in the widget.
+#
+# **The widget** measures what you pick (algorithms, ranks, size range) with a progress bar while it
+# runs; it only wraps `measure_and_plot`, which is plain Python (`measure_and_plot(["ring"], [4], 4,
+# 4096)` does the same without a widget). Larger sweeps take a while on a laptop.
+
+# %%
+from disttutor.viz.allreduce import widget
+
+widget()
+
+# %% [markdown]
+# ### The 16 MB benchmark
+# `benchmarks/bench_allreduce.py` measures, in one run, 16 MB on 4 ranks: the from-scratch ring's bus
+# bandwidth as a fraction of gloo's built-in all-reduce, and gloo's bus bandwidth as a fraction of
+# this machine's single-thread memory-copy bandwidth (on one host, every byte moved between ranks is
+# at least one memory copy — the physical ceiling). Run it in a terminal (about a minute):
+#
+# ```
+# python benchmarks/bench_allreduce.py
+# ```
+#
+# ## Summary
+# * A process group is a set of ranks; `torchrun` sets `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, …;
+#   `new_group` / `new_subgroups` make smaller groups — and are called by *every* rank.
+# * NCCL for GPUs, Gloo for CPUs (built into every wheel), MPI only in source builds; the runtime
+#   picks, the program does not change.
+# * broadcast, reduce, all_reduce, all_gather, reduce_scatter, gather, scatter, send/recv/isend,
+#   barrier — each ran above on real ranks and was checked.
+# * All-reduce = reduce-scatter + all-gather; the ring sends `2(n−1)/n·N` bytes per rank whatever `n`.
+#   Blocking sends facing each other deadlock: post `isend`/`irecv`, then wait.
+# * Time ≈ α + β·N: latency rules small messages, bandwidth large ones — the reason DDP (chapter 4)
+#   packs gradients into buckets.
