@@ -128,6 +128,25 @@ def train_dataparallel(cfg: DPTrainConfig = DPTrainConfig()) -> DPTrainResult:
     return DPTrainResult(epoch_loss, last_loss, last_n, path, ids, models.param_summary(inner))
 
 
+def full_batch_reference(steps: int, batch: int, d_in: int, hidden: int, classes: int, lr: float,
+                         seed: int = 0) -> tuple[list[float], dict[str, float]]:
+    """One process, the whole batch, plain SGD: what every pattern of ``dp_traffic`` must reproduce.
+
+    Returns the loss before each step and the final parameter summary.
+    """
+    x, y = data.classification(n=batch, d_in=d_in, classes=classes, seed=seed).tensors
+    model = models.seeded(models.MLP, seed, d_in, [hidden], classes)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, models.param_summary(model)
+
+
 # --------------------------------------------------------------------------- traffic formulas
 def split_sizes(numel: int, n: int) -> list[int]:
     """Sizes of ``torch.tensor_split(t, n)`` for a 1-D tensor of ``numel`` elements."""

@@ -1,0 +1,326 @@
+# %% [markdown]
+# # Chapter 3 — `nn.DataParallel`: what it really does, and why PyTorch says "use DDP"
+#
+# The article's section 4 introduces `torch.nn.DataParallel` (DP) with a diagram in which a
+# *master* copies the model to every GPU, each GPU computes forward and backward, and the master
+# "collects and **averages** the gradients", updates, and "**broadcasts** the new parameters".
+# It is a fair first picture, but it is not what the code does. In this chapter we
+#
+# 1. read the installed PyTorch source and quote the lines that matter (printed live below, so
+#    they are always those of *your* torch);
+# 2. run the article's training code, corrected, for real: on 2+ GPUs it uses DataParallel; here
+#    it says plainly what it does instead;
+# 3. measure, with real collectives on CPU processes, the traffic pattern that makes the first
+#    device a bottleneck, next to the ring all-reduce that DDP uses (chapter 4).
+
+# %%
+import math
+
+import torch
+from torch import nn
+
+import disttutor
+from disttutor import dataparallel as dp
+from disttutor.dataparallel import source_lines
+
+n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+print(f"torch {torch.__version__}; GPUs visible: {n_gpu}")
+print("DataParallel can run for real here." if n_gpu >= 2 else
+      "Fewer than two GPUs: DataParallel cannot parallelise anything on this machine. We read its source,\n"
+      "show what it does without GPUs, and measure its communication pattern with CPU processes instead.")
+
+# %% [markdown]
+# ## 1. From the source: one process, one thread per GPU, a new replica every forward
+#
+# First, what PyTorch's own documentation for the class says today:
+
+# %%
+doc = " ".join(torch.nn.DataParallel.__doc__.split())
+start = doc.index("It is recommended")
+print(doc[start:doc.index(".", doc.index("single node")) + 1])
+assert "DistributedDataParallel" in doc[start:start + 120]
+
+# %% [markdown]
+# Now `DataParallel.forward`, the whole algorithm in five calls. Each line below is read from the
+# installed file (`file:line: code`):
+
+# %%
+for line in source_lines(torch.nn.DataParallel.forward, "if not self.device_ids", "return self.module(",
+                         "self.scatter(inputs", "self.replicate(", "self.parallel_apply(", "return self.gather("):
+    print(line)
+
+# %% [markdown]
+# Read top to bottom, every **forward** call does:
+#
+# | step | call | what happens | where the data goes |
+# |---|---|---|---|
+# | 1 | `scatter` | the batch is cut into `len(device_ids)` chunks along dim 0 | from wherever it is (usually `cuda:0`) to each GPU |
+# | 2 | `replicate` | the module is **copied again**, parameters broadcast from `device_ids[0]` | `cuda:0` → every GPU, *every step* |
+# | 3 | `parallel_apply` | one Python **thread** per replica runs its forward | stays on each GPU |
+# | 4 | `gather` | the outputs are concatenated | every GPU → `output_device` = `device_ids[0]` |
+#
+# Step 3 is threads in one process, not processes:
+
+# %%
+import importlib
+
+pa = importlib.import_module("torch.nn.parallel.parallel_apply")
+for line in source_lines(pa.parallel_apply, "threading.Thread(", "thread.start()", "thread.join()"):
+    print(line)
+for line in source_lines(torch.nn.DataParallel.__init__, "output_device = device_ids[0]"):
+    print(line)
+
+# %% [markdown]
+# And the **backward** pass? DataParallel has no backward code of its own: autograd runs the
+# backward of each function used in forward. The two that matter:
+
+# %%
+fn = importlib.import_module("torch.nn.parallel._functions")
+comm = importlib.import_module("torch.nn.parallel.comm")
+for line in source_lines(fn.Broadcast.backward, "ReduceAddCoalesced.apply"):
+    print(line)   # backward of replicate = a reduce (SUM) of all replica gradients onto device 0
+for line in source_lines(fn.Gather.backward, "Scatter.apply"):
+    print(line)   # backward of gather = scatter the output gradients from device 0
+for line in source_lines(comm.reduce_add, "if nccl.is_available(inputs)", "nccl.reduce(", ".to(", "add_("):
+    print(line)   # the reduce itself: NCCL's reduce when available, else device-to-device copies + adds
+
+# %% [markdown]
+# So the gradient of each parameter in the original module (on `device_ids[0]`) is the **sum** of
+# the replicas' gradients: `loss.backward()` ends with a reduce onto the first device, and
+# `optimizer.step()` updates the module there, once. Nothing is broadcast after the update: the new
+# parameters reach the other GPUs at the *next* forward, when `replicate` copies them again.
+#
+# ### Where the article is wrong or misleading
+#
+# | the article (§4.1–4.3) | the source |
+# |---|---|
+# | a *master* process sends work to GPU0..GPU2 | there is one process; GPU 0 *is* the "master" and also computes a replica |
+# | "collects the gradients and **averages** them" | gradients are **summed** (`ReduceAddCoalesced`); the loss is already a mean over the whole gathered batch, so a sum is exactly the full-batch gradient and an average would be N times too small (measured in section 3) |
+# | "updates and **broadcasts** the new parameters" | no broadcast after the step; `replicate` re-copies *all* parameters (and rebuilds the module replicas in Python) at the start of every forward |
+# | diagram: outputs never come back | outputs are **gathered on device 0**, the loss and its gradient are computed there, and the output gradients are scattered back |
+# | `if torch.cuda.is_available(): model = nn.DataParallel(model)` | with one GPU DataParallel is just overhead (`if len(self.device_ids) == 1`); it pays only with ≥ 2 |
+# | wraps first, then `model.cuda()` | works, but the rule is "parameters on `device_ids[0]` before forward" (the source raises otherwise); moving first, then wrapping with explicit `device_ids`, says so |
+# | prints `loss.item()` after the loop | that is the loss of the epoch's *last, smaller* batch, not the epoch |
+# | random inputs, random labels | there is nothing to learn: the loss cannot go below ln(10) (measured next) |
+#
+# The article's three drawbacks are right (device 0 is the bottleneck, all gradients pass through
+# it, single machine only). Add two more from the source: Python threads share one GIL, and the
+# gradient reduce is one node at the very end of backward, so communication never overlaps compute
+# (DDP overlaps it bucket by bucket).
+#
+# ## 2. On this machine: `DataParallel` without GPUs calls the module
+#
+# `__init__` returns early when there is no accelerator (`device_ids = []`), and `forward` then
+# goes straight to `self.module(...)`. Live:
+
+# %%
+for line in source_lines(torch.nn.DataParallel.__init__, "if device_type is None", "self.device_ids = []"):
+    print(line)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(10, 100), nn.ReLU(), nn.Linear(100, 10))
+wrapped = nn.DataParallel(model)
+calls = []
+model.register_forward_hook(lambda mod, inp, out: calls.append(inp[0].device))
+x = torch.randn(64, 10)
+same = torch.equal(wrapped(x), model(x))
+print(f"device_ids = {wrapped.device_ids}; wrapped(x) == model(x): {same}; module forwards run: {len(calls)}")
+if n_gpu == 0:
+    assert wrapped.device_ids == [] and wrapped.module is model and same
+    assert len(calls) == 2  # one per call above: no replicas, no threads
+
+# %% [markdown]
+# ## 3. The article's training code, corrected
+#
+# `dp.train_dataparallel` is the article's §4.2 loop with the fixes from the table above. It uses
+# real DataParallel when at least two GPUs are visible and otherwise trains the plain module (the
+# function says which path it took). Its source:
+
+# %%
+import inspect
+
+print(inspect.getsource(dp.train_dataparallel))
+
+# %% [markdown]
+# First the article's data (random inputs, random labels), then data with something to learn
+# (Gaussian blobs, one per class). Same model, same hyper-parameters (batch 64, SGD lr 0.01);
+# 1000 samples and 3 epochs instead of 10000 × 10 to keep this chapter quick on two CPU cores.
+
+# %% tags=["nbval-check-output"]
+article = dp.train_dataparallel(dp.DPTrainConfig(labels="random", n_samples=1000))
+fixed = dp.train_dataparallel(dp.DPTrainConfig(labels="blobs", n_samples=1000))
+print(f"ln(10) = {math.log(10):.3f}: the loss of a uniform guess over 10 classes")
+for name, r in (("article (random labels)", article), ("corrected (blobs)", fixed)):
+    print(f"{name:24s} epoch mean loss: {[round(v, 3) for v in r.epoch_loss]}")
+    print(f"{'':24s} last-batch loss ({r.last_batch_size} samples, what the article prints): "
+          f"{[round(v, 3) for v in r.last_batch_loss]}")
+assert article.epoch_loss[-1] > 0.97 * math.log(10)            # random labels: nothing learned
+assert fixed.epoch_loss[-1] < 0.6 * math.log(10)               # learnable data: it learns
+assert all(b < a for a, b in zip(fixed.epoch_loss, fixed.epoch_loss[1:]))
+assert fixed.last_batch_size < 64                               # the printed "loss" is a partial batch
+
+# %%
+print("this run:", fixed.path)
+
+# %% [markdown]
+# The real multi-GPU run. On a machine with two or more GPUs this cell trains the same model with
+# `nn.DataParallel` over all of them; here it says why it does not.
+
+# %%
+if n_gpu >= 2:
+    real = dp.train_dataparallel(dp.DPTrainConfig(n_samples=1000))
+    print(real.path)
+    print("epoch mean loss:", [round(v, 3) for v in real.epoch_loss])
+    assert real.device_ids and real.epoch_loss[-1] < real.epoch_loss[0]
+else:
+    print(f"SKIPPED: real DataParallel needs >= 2 GPUs and this machine has {n_gpu}. The function above ran\n"
+          "the plain module on the CPU instead; nothing here pretends that CPU threads are GPUs.")
+
+# %% [markdown]
+# ## 4. Why the first device becomes the bottleneck: measure the traffic
+#
+# We cannot run DataParallel's GPU copies here, but we can run its **communication pattern** for
+# real between processes. `disttutor.programs.dp_traffic` starts N CPU ranks; rank 0 plays
+# `device_ids[0]` (it holds the module, the batch and the labels), the others play the other
+# devices, and each step trains the article's MLP on one fixed batch of 96 exactly as
+# DataParallel does: broadcast parameters from 0, scatter inputs from 0, forward, gather outputs
+# to 0, loss on 0, scatter output gradients from 0, backward, reduce (sum) gradients to 0,
+# update on 0. It does this for three patterns:
+#
+# * **dp-copy** — parameters and gradients are copied between rank 0 and each rank in turn
+#   (torch's path without NCCL, and exactly the article's diagram): (N−1)·S each way through rank 0;
+# * **dp-chain** — the same, but parameters and gradients travel along a pipelined chain
+#   0→1→…→N−1 and back (the shape of the NCCL broadcast/reduce torch uses on GPUs): S each way;
+# * **ddp-ring** — DDP: every rank computes the loss of its own shard; a ring all-reduce of the
+#   gradients (reduce-scatter, then all-gather) sends 2(N−1)/N·S per rank; no activations move.
+#
+# S is the size of the gradients (= the parameters). Each byte is counted from the size of a
+# tensor handed to a real gloo send/recv/scatter/gather, and compared with the formula in
+# `dp.expected_bytes`. What this measures: bytes and *CPU-process* timings. The byte counts are
+# the same on GPUs; the times are not (GPU links are much faster, and these CPU ranks share two
+# cores with other jobs).
+
+# %%
+from disttutor.viz.dp_traffic import plot_traffic, traffic_rows
+
+runs = {}
+for n in (2, 3, 4):
+    runs[n] = disttutor.launch("dp_traffic", nproc=n, args={"steps": 3}, timeout=90, collective_timeout=30)
+rows = traffic_rows(runs.values())
+print(f"{len(rows)} (N, pattern, rank) rows; all ranks ok: {all(r.ok for r in runs.values())}")
+
+# %% [markdown]
+# Every rank of every run, measured bytes against the formula:
+
+# %% tags=["nbval-check-output"]
+from disttutor.results import format_table
+
+S = 4 * runs[2].results[0]["n_params"]
+print(f"model: {runs[2].results[0]['n_params']} parameters, S = {S} bytes; batch 96 x 10 inputs, 96 x 10 outputs")
+print(format_table([{k: r[k] for k in ("N", "pattern", "rank", "sent", "recv", "expected", "matches")}
+                    for r in rows if r["rank"] == 0]))
+assert all(r["matches"] for r in rows), [r for r in rows if not r["matches"]]
+
+# %% [markdown]
+# Where rank 0's bytes go in one step with N = 4 (per phase, sent / received):
+
+# %% tags=["nbval-check-output"]
+r4 = runs[4].results[0]
+print(format_table([{"pattern": p, **{f"{k} (out/in)": f"{r4[p]['sent_phases'].get(k, 0)}/{r4[p]['recv_phases'].get(k, 0)}"
+                                      for k in ("replicate", "scatter inputs", "gather outputs",
+                                                "scatter output grads", "reduce grads")}}
+                    for p in ("dp-copy", "dp-chain")]))
+print(format_table([{"pattern": "ddp-ring", **{f"{k} (out/in)": f"{r4['ddp-ring']['sent_phases'][k]}/"
+                                               f"{r4['ddp-ring']['recv_phases'][k]}"
+                                               for k in ("reduce-scatter", "all-gather")}}]))
+
+# %%
+fig = plot_traffic(rows, param_bytes=S)
+
+# %% [markdown]
+# What the picture and the checks below show:
+
+# %% tags=["nbval-check-output"]
+through = {(r["N"], r["pattern"]): r["through"] for r in rows if r["rank"] == 0}
+others = {(n, p): sum(r["through"] for r in rows if (r["N"], r["pattern"]) == (n, p) and r["rank"] > 0) / (n - 1)
+          for (n, p) in through}
+copy_growth = [through[(n + 1, "dp-copy")] - through[(n, "dp-copy")] for n in (2, 3)]
+print("dp-copy: rank 0 carries", [through[(n, "dp-copy")] for n in (2, 3, 4)], "bytes; each extra device adds",
+      copy_growth, f"(2S = {2 * S} of parameters/gradients + its share of activations)")
+print("ddp-ring: each rank sends", [runs[n].results[0]["ddp-ring"]["sent"] for n in (2, 3, 4)],
+      f"bytes, always < 2S = {2 * S}; textbook 2(N-1)/N*S =",
+      [round(dp.textbook_ring_bytes(S // 4, n)) for n in (2, 3, 4)])
+for n in (2, 3, 4):
+    print(f"N={n}: rank 0 / mean of the other ranks:  " + "   ".join(
+        f"{p} {through[(n, p)] / others[(n, p)]:.2f}" for p in dp.PATTERNS))
+assert copy_growth[0] > 2 * S and copy_growth[1] > 2 * S            # grows with every device
+assert all(through[(n, "dp-copy")] > 2 * others[(n, "dp-copy")] for n in (2, 3, 4))  # rank 0 is the hot spot
+assert all(abs(through[(n, "ddp-ring")] / others[(n, "ddp-ring")] - 1) < 1e-3 for n in (2, 3, 4))  # even
+assert all(runs[n].results[k]["ddp-ring"]["sent"] < 2 * S for n in (2, 3, 4) for k in range(n))
+assert all(abs(runs[n].results[0]["ddp-ring"]["sent"] - dp.textbook_ring_bytes(S // 4, n)) <= 4 * n
+           for n in (2, 3, 4))                                        # S/N is not whole: chunks differ by 1 element
+assert through[(4, "dp-copy")] > 2 * through[(4, "ddp-ring")]
+
+# %% [markdown]
+# With NCCL's pipelined broadcast and reduce (**dp-chain**), rank 0's *parameter* traffic stops
+# growing and its bytes come close to the ring's (the relay ranks in the middle of the chain now
+# carry 2S each way, see the bars). Honest conclusion: with NCCL, bytes alone are not what makes
+# DataParallel slow. What still grows is the activation traffic through rank 0, and what does not
+# go away is the rest of
+# the first-device tax: the full batch of outputs and the loss live on device 0, the update runs
+# there alone, the parameters are re-sent *every* step, and the gradient reduce waits until the
+# whole backward is done. DDP moves only gradients, spreads them evenly, and overlaps them with
+# the backward.
+#
+# ### Same training, same numbers
+#
+# All three patterns are the same mathematics. Each run's parameters after 3 steps, against one
+# process training on the whole batch; and the article's "average the gradients" put to the test
+# (rank 0 compares the reduced gradient with the full-batch gradient before its first update):
+
+# %% tags=["nbval-check-output"]
+ref_losses, ref_params = dp.full_batch_reference(steps=3, batch=96, d_in=10, hidden=100, classes=10, lr=0.1)
+table = []
+for n, res in runs.items():
+    for p in dp.PATTERNS:
+        got = res.results[0][p]["params"]["sum"]
+        # float32 sums in a different order (chunks, chains, rings): agreement to ~1e-6 relative
+        close = abs(got - ref_params["sum"]) < 1e-5 * ref_params["abs_sum"]
+        row = {"N": n, "pattern": p, "params match 1 process": close}
+        if p != "ddp-ring":
+            g = res.results[0][p]
+            row["sum == full grad"] = g["sum_vs_full"] < 1e-5 * g["grad_norm"]
+            row["average == full grad"] = g["mean_vs_full"] < 1e-5 * g["grad_norm"]
+        table.append(row)
+        assert close
+print(format_table(table))
+assert all(r["sum == full grad"] and not r["average == full grad"] for r in table if r["pattern"] != "ddp-ring")
+ddp_loss_by_n = {n: [sum(res.results[k]["ddp-ring"]["losses"][s] for k in range(n)) / n for s in range(3)]
+                 for n, res in runs.items()}
+print("full-batch loss per step, one process:", [round(v, 4) for v in ref_losses])
+for n, res in runs.items():  # DP: rank 0 computes the full-batch loss; DDP: the mean of N shard losses
+    for p in dp.PATTERNS:
+        losses = res.results[0][p]["losses"] if p != "ddp-ring" else ddp_loss_by_n[n]
+        assert all(abs(a - b) < 1e-5 for a, b in zip(losses, ref_losses)), (n, p, losses)  # float32 rounding
+print("every pattern, every N: the same losses (to 1e-5)")
+
+# %% [markdown]
+# Timings, for the record (milliseconds per step on rank 0; these are CPU processes sharing two
+# cores with other jobs, so expect noise, and expect GPUs to be very different):
+
+# %%
+print(format_table([{"N": n, **{p: round(res.results[0][p]["ms_per_step"], 1) for p in dp.PATTERNS}}
+                    for n, res in runs.items()]))
+
+# %% [markdown]
+# ## Summary
+#
+# * `nn.DataParallel` is **one process**: `forward` scatters the batch, **replicates the module
+#   every step**, runs one **thread** per GPU, and **gathers** outputs on `device_ids[0]`; the
+#   backward **sums** replica gradients into the original module on that device, where the
+#   optimizer then runs alone.
+# * The first device carries the batch, the outputs, the loss, the update and all parameter and
+#   gradient traffic: measured above, its bytes grow with every device (copy path), while a ring
+#   all-reduce keeps every rank under 2S.
+# * Without two GPUs, DataParallel just calls the module (`device_ids == []`), as shown live.
+# * PyTorch recommends `DistributedDataParallel` even on one machine: one process per GPU,
+#   gradients all-reduced in buckets overlapping the backward. That is chapter 4.
