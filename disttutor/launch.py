@@ -34,7 +34,8 @@ import threading
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
-from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RankResult, RunResult
+from .collect import collect
+from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
 
 __all__ = ["launch", "resolve_program", "free_port", "max_procs"]
 
@@ -43,9 +44,6 @@ _PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 # torch's own excepthook adds "[rankN]:" to traceback lines; one prefix is enough.
 _TORCH_PREFIX = re.compile(r"^\[rank\d+\]:")
 _PROGRESS = "@@disttutor-progress "  # runtime.PROGRESS_TAG (not imported: that would import torch)
-# torchrun's failure summary ("rank : 1 (local_rank: 1)" / "exitcode : -9 (pid: 12)").
-_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
-_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 
 _OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout", "env",
             "threads", "stream", "check", "run_dir", "max_procs_override")
@@ -331,7 +329,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
         bar.close()
     for p in procs:
         p.wait()
-    result = _collect(name, nproc, nnodes, procs, logs, agent_log, run_dir, wall, outcome)
+    result = collect(name, nproc, nnodes, [p.returncode for p in procs], logs, agent_log, run_dir, wall, outcome)
     if outcome == "timeout":
         err = LaunchTimeout(result, f"timed out after {timeout:g}s")
     elif outcome == "interrupted":
@@ -341,67 +339,6 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     if err is not None and (check or outcome == "interrupted"):
         raise err
     return result
-
-
-def _collect(name, nproc, nnodes, procs, logs, agent_log, run_dir, wall, outcome) -> RunResult:
-    reports: dict[int, dict] = {}
-    for fn in os.listdir(run_dir):
-        if re.fullmatch(r"rank\d+\.json", fn):
-            with open(os.path.join(run_dir, fn)) as f:
-                rep = json.load(f)
-            reports[rep["rank"]] = rep
-    # torchrun's own failure summary names ranks that died without a report.
-    exitcodes: dict[int, int] = {}
-    pending = None
-    for line in agent_log:
-        text = line.split("] ", 1)[1] if line.startswith("[node ") else line
-        if (m := _SUMMARY_RANK.match(text)):
-            pending = int(m.group(1))
-        elif pending is not None and (m := _SUMMARY_EXIT.match(text)):
-            exitcodes[pending] = int(m.group(1))
-            pending = None
-    world = nproc * nnodes
-    # Global rank of each (node, local) stream: from the reports when present.
-    where = {(int(r.get("agent", 0)), r["local_rank"]): k for k, r in reports.items()}
-    by_rank: dict[int, list[str]] = {}
-    for (node, local), lines in logs.items():
-        by_rank[where.get((node, local), node * nproc + local)] = lines
-    rcs = [p.returncode for p in procs]
-    ranks = []
-    for r in range(world):
-        rep = reports.get(r)
-        status, error = "ok", None
-        if rep is not None and rep["status"] == "running" and r in exitcodes and outcome == "finished":
-            status, error = "error", _exit_text(exitcodes[r])  # died hard mid-run (no chance to report)
-        elif rep is not None:
-            status, error = rep["status"], rep.get("error")
-            if status == "running":
-                status = {"timeout": "stuck", "interrupted": "interrupted"}.get(outcome, "stopped")
-                error = {"stuck": "still running when the launch timed out",
-                         "interrupted": "still running when the cell was interrupted",
-                         "stopped": "still running when torchrun stopped the job (another rank failed)"}[status]
-        elif outcome != "finished":
-            status, error = ("stuck" if outcome == "timeout" else "interrupted"), "no report (still starting?)"
-        elif r in exitcodes and exitcodes[r] == -signal.SIGTERM:
-            status, error = "stopped", "stopped by torchrun (another rank failed)"
-        elif r in exitcodes:
-            status, error = "error", _exit_text(exitcodes[r])
-        elif any(rc != 0 for rc in rcs):
-            status, error = "stopped", "stopped by torchrun (another rank failed)"
-        ranks.append(RankResult(rank=r, status=status, error=error, results=(rep or {}).get("results", {}),
-                                log=by_rank.get(r, []), info={k: v for k, v in (rep or {}).items()
-                                                             if k not in ("results", "status", "error")}))
-    return RunResult(program=name, nproc=nproc, nnodes=nnodes, returncode=max(rcs, key=abs) if rcs else -1,
-                     wall_s=wall, ranks=ranks, agent_log=agent_log, run_dir=run_dir, outcome=outcome)
-
-
-def _exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            pass
-    return f"died with exit code {code} before reporting"
 
 
 def _progress(bar, payload: str, show: bool):

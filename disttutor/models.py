@@ -25,6 +25,13 @@ class MLP(nn.Sequential):
                 layers.append(nn.ReLU())
         super().__init__(*layers)
 
+    def __getitem__(self, idx):
+        # nn.Sequential slices by calling type(self)(OrderedDict), which MLP's
+        # signature does not accept: a slice (a pipeline stage) is a plain Sequential.
+        if isinstance(idx, slice):
+            return nn.Sequential(*list(self)[idx])
+        return super().__getitem__(idx)
+
 
 def seeded(model_fn, seed: int = 0, *args, **kwargs) -> nn.Module:
     """Build a model with a fixed seed: every rank (and the reference) gets the same weights."""

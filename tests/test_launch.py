@@ -1,0 +1,140 @@
+"""The launcher and runtime (chapter 0): results as data, and never a hang or an orphan.
+
+Each test launches real torchrun jobs on gloo/CPU. Timeouts are short on
+purpose: these are the reliability figures the course promises.
+"""
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+import disttutor
+from disttutor import LaunchError, LaunchTimeout
+
+
+def test_hello_allreduce_matches_single_process_sum(no_leftovers):
+    res = disttutor.launch("hello", 4, stream=False, timeout=90)
+    assert res.ok and res.world_size == 4
+    # Single-process reference: the sum of every rank's starting value.
+    reference = float(sum(r + 1 for r in range(4)))
+    for r, rep in enumerate(res.results):
+        assert rep["before"] == [float(r + 1)] * 3
+        assert rep["after"] == [reference] * 3  # exact: small integers are exact in fp32
+        assert rep["backend"] == "gloo" and rep["device"] == "cpu"
+    assert [r.rank for r in res.ranks] == [0, 1, 2, 3]
+    assert all(any("after all_reduce" in ln for ln in r.log) for r in res.ranks)
+    table = res.table("before", "after")
+    assert table.splitlines()[0].split() == ["rank", "status", "before", "after"]
+
+
+def test_hung_collective_fails_within_collective_timeout_naming_ranks(no_leftovers):
+    t0 = time.perf_counter()
+    res = disttutor.launch("hello", 3, {"skip_rank": 1}, collective_timeout=3, timeout=90,
+                           stream=False, check=False)
+    wall = time.perf_counter() - t0
+    assert not res.ok and res.outcome == "finished"
+    # Ranks 0 and 2 waited in the all-reduce and gave up; rank 1 never joined.
+    for r in (0, 2):
+        assert res.ranks[r].status == "error"
+        assert "waited more than 3s" in res.ranks[r].error
+    assert res.ranks[1].status == "stopped"
+    assert "skipping the all-reduce" in res.ranks[1].log[-1]
+    # Startup (~5 s, more on a loaded machine) + the 3 s collective timeout, nowhere near gloo's 30 min.
+    assert wall < 60
+    with pytest.raises(LaunchError, match=r"error: ranks 0, 2; stopped: rank 1"):
+        res.raise_for_status()
+
+
+def test_wall_timeout_kills_everything_and_names_stuck_ranks(no_leftovers):
+    t0 = time.perf_counter()
+    with pytest.raises(LaunchTimeout) as info:
+        # Collective timeout longer than the wall timeout: only the launcher can end this.
+        disttutor.launch("hello", 2, {"skip_rank": 1}, collective_timeout=300, timeout=25, stream=False)
+    wall = time.perf_counter() - t0
+    err = info.value
+    assert err.stuck_ranks == [0, 1]
+    assert "timed out after 25s" in str(err) and "skipping the all-reduce" in str(err)
+    assert wall < 25 + 10  # the timeout plus a bounded teardown (SIGTERM, 3 s grace, SIGKILL)
+
+
+def test_crashed_rank_is_named_with_its_exit_code(no_leftovers):
+    with pytest.raises(LaunchError) as info:
+        disttutor.launch("hello", 3, {"crash_rank": 2}, timeout=90, stream=False)
+    res = info.value.result
+    assert res.ranks[2].status == "error" and "exit code 3" in res.ranks[2].error
+    assert "crashing on purpose" in res.ranks[2].log[-1]
+    assert {res.ranks[0].status, res.ranks[1].status} <= {"error", "stopped"}
+    assert "rank 2: error" in str(info.value)
+
+
+def test_two_concurrent_launches_both_succeed(no_leftovers):
+    results: dict[int, disttutor.RunResult] = {}
+
+    def go(i: int) -> None:
+        results[i] = disttutor.launch("hello", 2, {"size": 2 + i}, stream=False, timeout=120)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150)
+    assert set(results) == {0, 1}
+    for i, res in results.items():
+        assert res.ok and all(rep["after"] == [3.0] * (2 + i) for rep in res.results)
+
+
+def test_two_simulated_nodes(no_leftovers):
+    res = disttutor.launch("hello", 2, nnodes=2, stream=False, timeout=120)
+    assert res.ok and res.world_size == 4
+    assert sorted((r.info["group_rank"], r.info["local_rank"]) for r in res.ranks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for r in res.ranks:  # global rank = node rank * ranks per node + local rank
+        assert r.rank == r.info["group_rank"] * 2 + r.info["local_rank"]
+        assert r.results["after"] == [10.0] * 3
+
+
+@pytest.mark.parametrize("kwargs, exc, words", [
+    (dict(nproc=0), ValueError, "nproc must be at least 1"),
+    (dict(nproc=-3), ValueError, "nproc must be at least 1"),
+    (dict(nproc=2.5), TypeError, "nproc must be an integer"),
+    (dict(nproc=True), TypeError, "nproc must be an integer"),
+    (dict(nproc=10_000), ValueError, "too many for this machine"),
+    (dict(nproc=2, nnodes=0), ValueError, "nnodes must be at least 1"),
+    (dict(nproc=2, backend="nccl"), ValueError, "needs one GPU per rank"),
+    (dict(nproc=2, backend="mpi"), ValueError, "backend must be 'auto', 'gloo' or 'nccl'"),
+    (dict(nproc=2, timeout=0), ValueError, "timeout must be a positive number"),
+    (dict(nproc=2, args="--size 3"), TypeError, "not a single string"),
+    (dict(nproc=2, nprocs=2), TypeError, "unknown option"),
+    (dict(nproc=2, env={"A": 1}), TypeError, "env must be a dict of str -> str"),
+])
+def test_bad_input_is_rejected_before_anything_starts(kwargs, exc, words, monkeypatch):
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+    with pytest.raises(exc, match=words):
+        disttutor.launch("hello", **kwargs)
+    assert started == []  # rejected before any process was started
+
+
+@pytest.mark.parametrize("program, words", [
+    ("helo", "Did you mean hello"),
+    ("no_such_pkg.mod", "no module 'no_such_pkg.mod'"),
+    ("missing_script.py", "no such script"),
+])
+def test_unknown_program_is_rejected(program, words):
+    with pytest.raises(FileNotFoundError, match=words):
+        disttutor.launch(program, 2)
+
+
+def test_user_script_path_runs(tmp_path, no_leftovers):
+    script = tmp_path / "mine.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "from disttutor import runtime\n"
+        "with runtime.setup() as ctx:\n"
+        "    t = torch.tensor([float(ctx.rank)])\n"
+        "    dist.all_reduce(t, op=dist.ReduceOp.MAX)\n"
+        "    runtime.report(max=t.item())\n")
+    res = disttutor.launch(str(script), 3, stream=False, timeout=90)
+    assert [r["max"] for r in res.results] == [2.0, 2.0, 2.0]
