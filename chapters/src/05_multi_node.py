@@ -1,0 +1,432 @@
+# %% [markdown]
+# # Chapter 5 — Multi-node training
+#
+# *Article §5.3 "多机训练扩展" (scaling to several machines).*
+#
+# Going from one machine to several changes **nothing in the training code** — every process
+# still calls `init_process_group`, wraps its model in DDP and all-reduces gradients. What changes
+# is **how the processes are started and how they find each other**. This chapter covers:
+#
+# 1. **Two "nodes" on one machine**: two torchrun *agents* joined by a c10d rendezvous on
+#    loopback, exactly as two real machines would be. We read `RANK`, `LOCAL_RANK` and `GROUP_RANK`
+#    on every process, and find out what really decides which node is node 0.
+# 2. **The article's launch** (`python -m torch.distributed.launch` around a script that itself calls
+#    `mp.spawn`): what it actually does on current PyTorch — twice as many processes, clashing ranks —
+#    reproduced safely, and the torchrun form that replaces it.
+# 3. **Launch files for real clusters**, generated from one typed config: a plain torchrun command per
+#    node, a Slurm `sbatch` script and a Kubernetes `PyTorchJob` — each checked by the tool that
+#    will read it.
+#
+# **What this machine cannot show.** All "nodes" here are processes on one CPU machine talking over
+# loopback (`127.0.0.1`) with the gloo backend. Real multi-node runs add things we cannot measure
+# here: network interfaces (`GLOO_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`), firewalls between nodes,
+# InfiniBand/RDMA for NCCL. The launch code is the real one: on GPU machines `runtime.setup()`
+# picks NCCL and `cuda:LOCAL_RANK` by itself.
+
+# %%
+import inspect
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+import matplotlib.pyplot as plt
+import torch
+import yaml
+
+import disttutor
+from disttutor import cluster
+from disttutor.results import format_table
+
+print("torch", torch.__version__, "| CPU cores:", os.cpu_count(), "| GPUs:", torch.cuda.device_count())
+
+# %% [markdown]
+# ## 1. Two nodes on one machine
+#
+# On a real cluster you run **one torchrun per machine**. Each torchrun (an *agent*) starts one worker
+# process per device and joins a **rendezvous**: the agents meet at an agreed host:port, agree on
+# who is in the job, number themselves, and each one hands its workers their identity in environment
+# variables:
+#
+# | variable | meaning | here (2 nodes x 2 processes) |
+# |---|---|---|
+# | `RANK` | global rank, `0 .. WORLD_SIZE-1` — what `init_process_group` uses | 0..3 |
+# | `LOCAL_RANK` | index of the process **on its node** — picks the GPU `cuda:LOCAL_RANK` | 0..1 |
+# | `GROUP_RANK` | index of the **node** (the agent) in the job | 0..1 |
+# | `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_WORLD_SIZE` | processes in the job / on this node / number of nodes | 4, 2, 2 |
+# | `ROLE_RANK`, `ROLE_WORLD_SIZE` | the same per *role* (one role, `default`, unless you define more) | = RANK |
+# | `MASTER_ADDR`, `MASTER_PORT` | the key-value store the workers meet at (hosted by an agent) | one per job |
+# | `TORCHELASTIC_*` | run id, restart count, ... (bookkeeping for elastic restarts) | |
+#
+# `disttutor.launch(..., nnodes=2)` starts **two torchrun agents** on this machine with
+# `--nnodes=2 --node-rank=0/1 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:<free port>` — the same
+# arguments you would give on two machines, with the head node's address instead of `127.0.0.1`.
+# The program `whoami` reports its variables and runs two tiny all-reduces that must cross the
+# "node" boundary: a one-hot "which node am I on" vector (→ ranks per node) and the sum of all ranks.
+
+# %%
+res = disttutor.launch("whoami", nproc=2, nnodes=2, stream=False, timeout=150)
+envs = [r["env"] for r in res.results]
+res
+
+# %% tags=["nbval-check-output"]
+COLS = ["RANK", "GROUP_RANK", "LOCAL_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE"]
+rows = [{**{c: int(e[c]) for c in COLS}, "ranks per node": rep["ranks_per_node"], "sum of ranks": rep["rank_sum"]}
+        for e, rep in zip(envs, res.results)]
+print(format_table(rows))
+
+# %% [markdown]
+# Every rank agrees on the layout, and the all-reduces crossed the nodes: each rank counted 2 ranks on
+# each node and a rank sum of 0+1+2+3 = 6 (which is only possible if every `RANK` is distinct and
+# none is missing). For a **homogeneous** job (the same number of processes on every node) torchrun
+# numbers ranks node by node:
+#
+# $$\text{RANK} = \text{GROUP\_RANK} \times \text{LOCAL\_WORLD\_SIZE} + \text{LOCAL\_RANK}$$
+
+# %% tags=["nbval-check-output"]
+world = res.world_size
+for e, rep in zip(envs, res.results):
+    g, l, lws = int(e["GROUP_RANK"]), int(e["LOCAL_RANK"]), int(e["LOCAL_WORLD_SIZE"])
+    assert int(e["RANK"]) == g * lws + l, e
+    assert rep["ranks_per_node"] == [2.0, 2.0] and rep["rank_sum"] == sum(range(world))
+assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}) == 1  # one store for the whole job
+print(f"RANK == GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK holds on all {world} ranks")
+
+# %% [markdown]
+# ### What the picture looks like
+# Drawn from the reports above: two nodes (agents), two processes each, and the global rank each
+# process got.
+
+# %%
+def draw_layout(envs):
+    """Boxes for nodes (GROUP_RANK) holding boxes for processes (RANK / LOCAL_RANK)."""
+    nodes = sorted({int(e["GROUP_RANK"]) for e in envs})
+    lws = int(envs[0]["LOCAL_WORLD_SIZE"])
+    fig, ax = plt.subplots(figsize=(7.5, 2.8))
+    for g in nodes:
+        x0 = g * (lws * 1.6 + 0.8)
+        ax.add_patch(plt.Rectangle((x0, 0), lws * 1.6 + 0.2, 2.2, fill=True, fc="#eef3fb", ec="#4a6fa5", lw=1.5))
+        ax.text(x0 + 0.1, 2.1, f"node GROUP_RANK={g}\n(one torchrun agent)", fontsize=9, va="top")
+        for e in (e for e in envs if int(e["GROUP_RANK"]) == g):
+            lr = int(e["LOCAL_RANK"])
+            ax.add_patch(plt.Rectangle((x0 + 0.2 + lr * 1.6, 0.25), 1.4, 1.2, fc="#fff", ec="#333"))
+            ax.text(x0 + 0.9 + lr * 1.6, 0.85, f"RANK {e['RANK']}\nLOCAL_RANK {lr}\n(device {lr})",
+                    ha="center", va="center", fontsize=9)
+    ax.annotate("", xy=(lws * 1.6 + 0.95, 1.0), xytext=(lws * 1.6 + 0.05, 1.0),
+                arrowprops=dict(arrowstyle="<->", color="#c0392b", lw=2))
+    ax.text(lws * 1.6 + 0.5, 1.15, "all-reduce\nacross nodes", ha="center", fontsize=8, color="#c0392b")
+    ax.set_xlim(-0.1, len(nodes) * (lws * 1.6 + 0.8)); ax.set_ylim(-0.1, 2.3); ax.axis("off")
+    plt.close(fig)  # shown once, by the cell's return value
+    ax.set_title(f"WORLD_SIZE={len(envs)}: {len(nodes)} nodes x LOCAL_WORLD_SIZE={lws}", fontsize=10)
+    return fig
+
+draw_layout(envs)
+
+# %% [markdown]
+# ### Who decides which node is node 0?
+#
+# We passed `--node-rank=0` to the first agent and `--node-rank=1` to the second. With the **c10d**
+# rendezvous, torchrun ignores it — and says so in its log:
+
+# %% tags=["nbval-check-output"]
+warning = [ln for ln in res.agent_log if "node_rank is only used" in ln]
+assert warning, "torchrun did not warn about --node-rank"
+print(warning[0][warning[0].index("node_rank"):])
+
+# %% [markdown]
+# So what does assign `GROUP_RANK`? In `torch/distributed/elastic/rendezvous/dynamic_rendezvous.py`,
+# when the rendezvous completes, the agents are **sorted** and numbered in that order. Each agent is
+# described by a `_NodeDesc(addr, pid, local_id)` dataclass with `order=True`, so the sort is by host
+# address, then by the agent's **process id**:
+
+# %%
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+src = inspect.getsource(dr)
+assign = re.search(r"\n(\s*# Assign the ranks\.\n.*\n.*\n)", src).group(1)
+print(inspect.getsource(dr._NodeDesc).split('"""')[0].strip(), "...")
+print("...\n" + assign)
+assert "enumerate(sorted(state.participants))" in assign
+
+# %% [markdown]
+# Measured: which agent (the `--node-rank` we passed) became which `GROUP_RANK`, and the agents'
+# process ids. On one host the agent with the smaller pid becomes node 0 — usually the one started
+# first, but only by luck of timing. On a real cluster the order follows the nodes' addresses
+# (as the agents report them). **Consequences:** with c10d, every node runs the *same* command;
+# don't derive anything from `--node-rank`; read `GROUP_RANK`/`RANK` from the environment. If you
+# need a fixed node order, use `--rdzv-backend=static` (then `--node-rank` *is* `GROUP_RANK`, and the
+# job cannot survive losing a node).
+
+# %%
+agents = {}
+for r in res.ranks:
+    agents[int(r.results["env"]["GROUP_RANK"])] = (r.info["agent"], r.results["agent_pid"])
+print(format_table([{"GROUP_RANK": g, "--node-rank passed": a, "agent pid": pid}
+                    for g, (a, pid) in sorted(agents.items())]))
+pids_by_group = [agents[g][1] for g in sorted(agents)]
+assert pids_by_group == sorted(pids_by_group), "GROUP_RANK should follow the agents' pid order on one host"
+print("GROUP_RANK order == agent pid order:", pids_by_group == sorted(pids_by_group))
+
+# %% [markdown]
+# One rank's complete torchrun environment (the port and run id change from run to run):
+
+# %%
+for k, v in envs[-1].items():
+    print(f"  {k:28s} {v}")
+
+# %% [markdown]
+# ## 2. The article's launch: `torch.distributed.launch` + `mp.spawn`
+#
+# The article's §5.3 starts, on each of 2 machines with 4 GPUs:
+#
+# ```bash
+# MASTER_ADDR=192.168.1.1 MASTER_PORT=12355 python -m torch.distributed.launch \
+#     --nproc_per_node=4 --nnodes=2 --node_rank=0 \
+#     --master_addr=192.168.1.1 --master_port=12355 train_script.py
+# ```
+#
+# and `train_script.py` is the §5.2 DDP script, whose `main()` does
+#
+# ```python
+# world_size = torch.cuda.device_count()                        # 4: GPUs on *this* machine
+# mp.spawn(train, args=(world_size,), nprocs=world_size, join=True)
+# # ... and each child: dist.init_process_group('nccl', rank=rank, world_size=world_size)
+# ```
+#
+# Two problems. First, is `torch.distributed.launch` even still there?
+
+# %%
+proc = subprocess.run([sys.executable, "-m", "torch.distributed.launch", "--help"], capture_output=True,
+                      text=True, timeout=120, cwd=tempfile.gettempdir(), env={**os.environ, "OMP_NUM_THREADS": "1"})
+warn = proc.stderr[proc.stderr.index("FutureWarning"):].split("\n\n")[0]
+print("exit code:", proc.returncode)
+print(warn)
+print("...")
+print("\n".join(proc.stdout.splitlines()[:3]), "...")
+
+# %% tags=["nbval-check-output"]
+assert proc.returncode == 0 and "deprecated" in warn and "Use torchrun" in warn
+assert "--use-env" in proc.stdout  # its only addition to torchrun's parser
+print("torch.distributed.launch still runs, is deprecated (FutureWarning), and points to torchrun")
+print("it passes --local-rank=N on the command line unless --use-env; torchrun sets LOCAL_RANK instead")
+
+# %% [markdown]
+# It still exists (a thin wrapper around torchrun's own `run()`), and warns. The second problem is
+# worse: **both layers start one process per GPU.** The launcher starts `nproc_per_node=4` copies of
+# the script per machine, and each copy `mp.spawn`s 4 more: 2 x 4 x 4 = 32 processes competing for
+# 8 GPUs, each calling `init_process_group(rank=0..3, world_size=4)`. Ranks 0..3 exist 8 times over,
+# and all of them meet at the same `MASTER_ADDR:MASTER_PORT` store.
+#
+# We reproduce it at a size this machine can take: torchrun starts **2** processes (our "launch"),
+# each `mp.spawn`s **2** children (our "GPUs") with the article's rank formula — spawn index as rank,
+# "GPUs on this node" as world size — and a 3-second timeout so a clash cannot stall the cell. The
+# program is `disttutor/programs/legacy_spawn.py`; the children are module-level functions of that
+# program (spawn start method), and the launcher kills the whole tree if anything hangs.
+
+# %%
+art = disttutor.launch("legacy_spawn", nproc=2, args={"gpus": 2, "timeout": 3}, stream=False, timeout=150)
+children = [c for r in art.results for c in r["children"]]
+launched_pids = sorted(r["launched_pid"] for r in art.results)
+print(format_table([{"launched by torchrun as RANK": c["launched_rank"], "spawn index = rank": c["rank"],
+                     "world_size": c["world_size"], "joined": c["ok"],
+                     "all-reduce of 1s": c["sum"],
+                     "partners (launched RANK of each)": None if not c["partners"] else
+                         [next(x["launched_rank"] for x in children if x["pid"] == p) for p in c["partners"]],
+                     "error": (c["error"] or "")[:60]}
+                    for c in children]))
+
+# %% [markdown]
+# Which children managed to pair up (and with whom) is a race: it changes from run to run. Sometimes
+# a child of launched process 0 pairs with a child of launched process 1, sometimes two pairs form
+# and **nothing fails at all** — the worst case: two independent "worlds" of 2 each training on
+# their own, averaging gradients over half the processes, with no error. What never changes:
+
+# %% tags=["nbval-check-output"]
+print(f"processes torchrun started         : {len(launched_pids)}")
+print(f"processes that called init_process_group: {len(children)}  (each launched process spawned "
+      f"{len(children) // len(launched_pids)})")
+print(f"ranks they claimed                 : {sorted(c['rank'] for c in children)}")
+print(f"world size they claimed            : {sorted({c['world_size'] for c in children})}")
+print(f"did any child see all {len(children)} processes? : {any(c['sum'] == len(children) for c in children)}")
+assert len(children) == 4 and len({c["pid"] for c in children}) == 4
+assert sorted(c["parent_pid"] for c in children) == sorted(launched_pids * 2)
+assert sorted(c["rank"] for c in children) == [0, 0, 1, 1]
+assert all((c["ok"] and c["sum"] == 2) or (not c["ok"] and c["error"]) for c in children)
+
+# %% [markdown]
+# The process tree, rebuilt from the parent pids the processes reported:
+
+# %% tags=["nbval-check-output"]
+print("torchrun agent")
+for i, lp in enumerate(launched_pids):
+    rep = next(r for r in art.results if r["launched_pid"] == lp)
+    last = i == len(launched_pids) - 1
+    print(("└── " if last else "├── ") + f"launched process (torchrun RANK {rep['children'][0]['launched_rank']})")
+    kids = sorted((c for c in children if c["parent_pid"] == lp), key=lambda c: c["rank"])
+    for j, c in enumerate(kids):
+        print(("    " if last else "│   ") + ("└── " if j == len(kids) - 1 else "├── ")
+              + f"mp.spawn child: init_process_group(rank={c['rank']}, world_size={c['world_size']})")
+
+# %% [markdown]
+# ### The fix: one process per device, started by torchrun
+#
+# Delete the `mp.spawn` and the hand-made rank: torchrun already started one process per device and
+# told each its `RANK`, `LOCAL_RANK` and `WORLD_SIZE`. `init_process_group()` reads them from the
+# environment (`env://`, the default) — which is all `runtime.setup()` does. The corrected
+# `train_script.py` is:
+#
+# ```python
+# def main():
+#     local_rank = int(os.environ["LOCAL_RANK"])
+#     dist.init_process_group()                       # RANK, WORLD_SIZE, MASTER_* from torchrun
+#     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+#     ...  # model.to(device); DDP(model, device_ids=[local_rank] if GPU else None); train
+#     dist.destroy_process_group()
+# ```
+#
+# In `legacy_spawn.py` this is the `--fixed` mode: the same record, made by the launched process
+# itself.
+
+# %%
+fixed = disttutor.launch("legacy_spawn", nproc=2, args={"fixed": True}, stream=False, timeout=150)
+recs = [c for r in fixed.results for c in r["children"]]
+
+# %% tags=["nbval-check-output"]
+print(format_table([{"RANK": c["rank"], "world_size": c["world_size"], "joined": c["ok"],
+                     "all-reduce of 1s": c["sum"]} for c in recs]))
+assert [c["rank"] for c in recs] == [0, 1] and all(c["ok"] and c["sum"] == 2 for c in recs)
+assert all(c["parent_pid"] != r["launched_pid"] for c, r in zip(recs, fixed.results))  # no spawned children
+print(f"{len(recs)} processes, {len(recs)} distinct ranks, every all-reduce counted all {len(recs)}")
+
+# %% [markdown]
+# And the article's two commands, in torchrun form for its 2 machines x 4 GPUs — generated
+# (section 3 explains the generator). With the **static** rendezvous (closest to the article: node 0
+# is the one you say) the commands differ only in `--node-rank`; with **c10d** every node runs the
+# same command:
+
+# %% tags=["nbval-check-output"]
+article = dict(nnodes=2, nproc_per_node=4, gpus_per_node=4, module=None, script="train_script.py",
+               head="192.168.1.1", port=12355, job_name="article-ddp")
+for mode in ("static", "c10d"):
+    print(f"# {mode} rendezvous")
+    for node, cmd in enumerate(cluster.torchrun_commands(cluster.ClusterConfig(**article, rendezvous=mode))):
+        print(f"# node {node}:\n{cmd}")
+
+# %% [markdown]
+# ## 3. Launch files for real clusters
+#
+# `disttutor.cluster` turns one typed, validated `ClusterConfig` into three ready-to-edit launch files.
+# All three follow the rule of this chapter: **one torchrun per node, one process per GPU, nothing
+# spawns anything else.**
+
+# %% tags=["nbval-check-output"]
+cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=4, gpus_per_node=4, module="disttutor.programs.whoami",
+                            job_name="whoami-2x4", head="node0.cluster.local", port=29500, partition="gpu",
+                            time_limit="00:10:00", image="pytorch/pytorch:latest", env={"NCCL_DEBUG": "WARN"})
+print(cfg)
+
+# %% [markdown]
+# ### A plain torchrun command per node
+# Run each on its machine (in any order; the rendezvous waits up to 15 minutes for all of them by
+# default).
+
+# %% tags=["nbval-check-output"]
+cmds = cluster.torchrun_commands(cfg)
+print("\n".join(cmds))
+
+# %% [markdown]
+# Checked by torchrun itself: its own argument parser and config builder accept every command.
+
+# %% tags=["nbval-check-output"]
+import shutil
+
+from torch.distributed.run import config_from_args, get_args_parser
+
+for cmd in cmds:
+    words = shlex.split(cmd)
+    argv = words[words.index("torchrun") + 1:]
+    launch_cfg, _, script_args = config_from_args(get_args_parser().parse_args(argv))
+    shutil.rmtree(launch_cfg.logs_specs.root_log_dir, ignore_errors=True)  # it made a log dir for the run
+    assert (launch_cfg.min_nodes, launch_cfg.nproc_per_node, launch_cfg.rdzv_backend) == (2, 4, "c10d")
+    print(f"torchrun accepts it: {launch_cfg.min_nodes} nodes x {launch_cfg.nproc_per_node}, "
+          f"rdzv {launch_cfg.rdzv_backend} at {launch_cfg.rdzv_endpoint}, runs {' '.join(script_args[-2:])}")
+
+# %% [markdown]
+# ### Slurm
+# One `srun` task per node; each task is a torchrun agent. The first node of the allocation hosts the
+# c10d rendezvous; `$SLURM_JOB_ID` makes the rendezvous id unique per job. Submit with `sbatch job.sbatch`.
+
+# %% tags=["nbval-check-output"]
+sbatch = cluster.slurm_script(cfg)
+print(sbatch)
+
+# %% tags=["nbval-check-output"]
+with tempfile.NamedTemporaryFile("w", suffix=".sbatch", delete=False) as f:
+    f.write(sbatch)
+check = subprocess.run(["bash", "-n", f.name], capture_output=True, text=True)
+os.unlink(f.name)
+assert check.returncode == 0, check.stderr
+print("bash -n: syntax OK")
+
+# %% [markdown]
+# ### Kubernetes: a Kubeflow `PyTorchJob`
+# For the **Kubeflow Training Operator v1** API (`apiVersion: kubeflow.org/v1`, kind `PyTorchJob`): one
+# `Master` pod and `nnodes-1` `Worker` pods, one per node. The operator injects `MASTER_ADDR`,
+# `MASTER_PORT` and `PET_NNODES` / `PET_NPROC_PER_NODE` / `PET_NODE_RANK` into every pod (from
+# `spec.nprocPerNode`, present in operator releases 1.7+); the manifest hands them to torchrun
+# explicitly with Kubernetes' `$(VAR)` expansion, so the pod numbering is the node rank (static
+# rendezvous). The container must be called `pytorch`. Kubeflow Trainer v2 (`TrainJob`) is the
+# successor API; this manifest targets the v1 operator. Apply with `kubectl apply -f job.yaml`.
+
+# %% tags=["nbval-check-output"]
+manifest = cluster.pytorchjob_manifest(cfg)
+print(manifest)
+
+# %% tags=["nbval-check-output"]
+job = yaml.safe_load(manifest)
+specs = job["spec"]["pytorchReplicaSpecs"]
+assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+assert specs["Master"]["replicas"] + specs["Worker"]["replicas"] == cfg.nnodes
+# torchrun accepts the container's arguments once the operator's variables are filled in (pod 1 here).
+pod_env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "1",
+           "MASTER_ADDR": "whoami-2x4-master-0", "MASTER_PORT": "29500"}
+argv = [re.sub(r"\$\((\w+)\)", lambda m: pod_env[m.group(1)], a)
+        for a in specs["Worker"]["template"]["spec"]["containers"][0]["args"]]
+args = get_args_parser().parse_args(argv)
+assert (args.node_rank, args.master_addr, args.nnodes) == (1, "whoami-2x4-master-0", "2")
+print("YAML parses; replicas:", {k: v["replicas"] for k, v in specs.items()},
+      "| torchrun accepts worker pod 1's args: node_rank", args.node_rank)
+
+# %% [markdown]
+# ### Bad configs fail early, in words
+# The config is validated when it is made, not when 16 GPUs are already allocated:
+
+# %% tags=["nbval-check-output"]
+for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(job_name="My_Job"), dict(time_limit="2h")):
+    try:
+        cluster.ClusterConfig(**bad)
+    except (ValueError, TypeError) as exc:
+        print(f"{bad}: {exc}")
+    else:
+        raise AssertionError(f"{bad} was accepted")
+
+# %% [markdown]
+# ## Summary
+#
+# * Multi-node changes the **launch**, not the training code: one torchrun agent per machine, one
+#   process per device, `init_process_group()` reading `RANK`/`WORLD_SIZE`/`MASTER_*` from the
+#   environment.
+# * `RANK = GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK` for homogeneous jobs; `LOCAL_RANK` picks the
+#   device; `GROUP_RANK` is the node.
+# * With the c10d rendezvous, `--node-rank` is ignored: the agents are numbered in sorted
+#   (address, pid) order when they meet. Use `--rdzv-backend=static` if the order must be fixed.
+# * `torch.distributed.launch` is deprecated (it still runs, with a `FutureWarning`); use `torchrun`.
+#   Never combine a launcher with `mp.spawn`: every launched process spawns a full set of children,
+#   their ranks clash, and in the worst case nothing fails and training is silently wrong.
+# * `disttutor.cluster` writes torchrun commands, Slurm scripts and Kubeflow `PyTorchJob` manifests
+#   from one validated config.
+#
+# **Try it:** launch `whoami` with `nproc=1, nnodes=3` (three one-process "nodes") and check the
+# formula again; generate the launch files for your own cluster with `cluster.ClusterConfig(...)`.
