@@ -13,7 +13,7 @@ What changed from the article, and why (each is a comment below too):
 * the printed loss is averaged over ranks, not rank 0's last batch.
 * rank 0 saves ``model.module.state_dict()`` (no ``module.`` prefix); the others load it.
 
-Flags for the chapter's experiments: ``--no-set-epoch``, ``--drop-last``,
+Flags for the chapter's experiments (no `--n`: torchrun would take it as an abbreviation of its own options): ``--no-set-epoch``, ``--drop-last``,
 ``--uneven N`` (+ ``--join``), ``--unused-demo``.
 
     disttutor run ddp -n 4 -- --epochs 3 --save /tmp/model.pt
@@ -182,7 +182,7 @@ def run(cfg: DDPConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="ddp", description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=512)
+    p.add_argument("--samples", type=int, default=512, help="dataset size")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.05)
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--join", action="store_true")
     p.add_argument("--unused-demo", action="store_true")
     a = p.parse_args(argv)
-    run(DDPConfig(n=a.n, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, seed=a.seed, set_epoch=not a.no_set_epoch,
+    run(DDPConfig(n=a.samples, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, seed=a.seed, set_epoch=not a.no_set_epoch,
                   drop_last=a.drop_last, save=a.save, show=a.show, uneven=a.uneven, join=a.join,
                   unused_demo=a.unused_demo))
 

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--wrapper", choices=WRAPPERS, default="bucketed")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch", type=int, default=32, help="global batch (a multiple of the world size)")
-    p.add_argument("--n", type=int, default=256)
+    p.add_argument("--samples", type=int, default=256, help="dataset size")
     p.add_argument("--d-in", type=int, default=16)
     p.add_argument("--hidden", type=int, nargs="+", default=[32, 32])
     p.add_argument("--d-out", type=int, default=4)
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2)
     a = p.parse_args(argv)
-    tc = TrainConfig(n=a.n, d_in=a.d_in, hidden=tuple(a.hidden), d_out=a.d_out, batch=a.batch, steps=a.steps)
+    tc = TrainConfig(n=a.samples, d_in=a.d_in, hidden=tuple(a.hidden), d_out=a.d_out, batch=a.batch, steps=a.steps)
     run(ScratchConfig(train=tc, wrapper=a.wrapper, bucket_cap=a.bucket_cap, reference=a.reference,
                       trace=a.trace, time=a.time, wrappers=tuple(a.wrappers), rounds=a.rounds, warmup=a.warmup))
 
