@@ -43,6 +43,7 @@ class PipeConfig:
     lr: float = 0.05
     seed: int = 0
     bad_shape: bool = False    # trap: stage 1 expects a different activation width than stage 0 sends
+    reference: bool = True     # also train the whole model in one process and compare (off: benchmarks)
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -245,11 +246,11 @@ def run(cfg: PipeConfig) -> None:
         data = regression(n=cfg.batch, d_in=D_IN, d_out=D_OUT, seed=cfg.seed)
         x, y = data.tensors
         out = train(cfg, ctx, x, y, pp_rank=ctx.rank, pp_size=ctx.world_size)
-        ref_losses = reference_losses(cfg, out["reference"], x, y)
-        report = dict(schedule=cfg.schedule, stages=out["stages"], timeline=out["timeline"],
-                      step_s=out["step_s"], ref_losses=ref_losses,
-                      max_weight_diff=compare(out["stages_obj"], out["stages"], out["reference"], cfg,
-                                              out["n_stages"]))
+        report = dict(schedule=cfg.schedule, stages=out["stages"], timeline=out["timeline"], step_s=out["step_s"])
+        if cfg.reference:
+            report.update(ref_losses=reference_losses(cfg, out["reference"], x, y),
+                          max_weight_diff=compare(out["stages_obj"], out["stages"], out["reference"], cfg,
+                                                  out["n_stages"]))
         if out["is_last"]:
             report["losses"] = out["losses"]
         runtime.report(**report)
@@ -268,12 +269,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--bad-shape", action="store_true")
+    p.add_argument("--no-reference", action="store_true", help="skip the single-process comparison")
 
 
 def config_from(a: argparse.Namespace) -> PipeConfig:
     return PipeConfig(schedule=a.schedule, microbatches=a.microbatches, stages_per_rank=a.stages_per_rank,
                       steps=a.steps, batch=a.batch, width=a.width, layers_per_stage=a.layers_per_stage,
-                      lr=a.lr, seed=a.seed, bad_shape=a.bad_shape)
+                      lr=a.lr, seed=a.seed, bad_shape=a.bad_shape,
+                      reference=not a.no_reference)
 
 
 def main(argv: list[str] | None = None) -> None:

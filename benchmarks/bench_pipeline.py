@@ -1,0 +1,72 @@
+"""Measured pipeline bubble of GPipe and 1F1B on real ranks vs the formula (chapter 7).
+
+For each schedule and m in (4, 8, 16) micro-batches this launches
+``disttutor.programs.pipeline`` on 4 ranks with compute-bound stages (wide
+Linear layers; the micro-batch size is fixed, so each slot costs the same
+whatever m is), takes the per-rank forward/backward timestamps of the last
+step and measures the bubble on them exactly as the simulator measures it on
+its drawing (``disttutor.schedules.bubble_stats``). One table, with the gap.
+
+    .venv/bin/python benchmarks/bench_pipeline.py            # 4 ranks, m = 4, 8, 16
+    .venv/bin/python benchmarks/bench_pipeline.py --nproc 2 --width 256
+
+Read it knowing the machine: ranks are processes that share the CPU cores
+(printed below). With fewer cores than ranks, ranks time-share: compute slots
+stretch when neighbours compute at the same time, and communication and
+Python overhead count as idle. The gap to the formula is what all that costs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from disttutor import launch
+from disttutor.results import format_table
+from disttutor.schedules import PipeSpec, bubble_stats, formula, slots_from_events
+
+
+def measure(schedule: str, nproc: int, m: int, mb_size: int, width: int, layers: int, steps: int) -> dict:
+    res = launch("pipeline", nproc=nproc, timeout=600, stream=False,
+                 args={"schedule": schedule, "microbatches": m, "batch": m * mb_size, "width": width,
+                       "layers_per_stage": layers, "steps": steps, "no_reference": True})
+    slots = slots_from_events([r["timeline"] for r in res.results])
+    st = bubble_stats(slots, nproc)
+    busy = [s.end - s.start for s in slots]
+    f_ms = 1e3 * sum(s.end - s.start for s in slots if s.kind == "F") / sum(s.kind == "F" for s in slots)
+    b_ms = 1e3 * sum(s.end - s.start for s in slots if s.kind == "B") / sum(s.kind == "B" for s in slots)
+    expected = formula(PipeSpec(schedule, nproc, m))
+    return {"schedule": schedule, "m": m, "formula": round(expected, 3), "measured": round(st["bubble"], 3),
+            "gap": round(st["bubble"] - expected, 3), "F ms": round(f_ms, 2), "B ms": round(b_ms, 2),
+            "makespan ms": round(1e3 * st["makespan"], 1), "slots": len(busy)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nproc", type=int, default=4)
+    ap.add_argument("--micro", type=int, nargs="+", default=[4, 8, 16], help="micro-batch counts m")
+    ap.add_argument("--mb-size", type=int, default=64, help="rows per micro-batch")
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4, help="Linear layers per stage")
+    ap.add_argument("--steps", type=int, default=2, help="the last step is measured (the first infers shapes)")
+    a = ap.parse_args(argv)
+    print(f"{a.nproc} ranks on {os.cpu_count()} CPU cores (1 thread per rank); "
+          f"load average {os.getloadavg()[0]:.1f}; stage = {a.layers} x Linear({a.width}, {a.width}), "
+          f"micro-batch {a.mb_size} rows", flush=True)
+    rows = []
+    for schedule in ("gpipe", "1f1b"):
+        for m in a.micro:
+            rows.append(measure(schedule, a.nproc, m, a.mb_size, a.width, a.layers, a.steps))
+            print(f"  done: {schedule} m={m}", file=sys.stderr, flush=True)
+    print(format_table(rows))
+    gaps = [r["gap"] for r in rows]
+    print(f"gap (measured - formula): min {min(gaps):+.3f}, max {max(gaps):+.3f}, "
+          f"mean {sum(gaps) / len(gaps):+.3f}")
+    if a.nproc > (os.cpu_count() or 1):
+        print(f"note: {a.nproc} ranks time-share {os.cpu_count()} cores, so the measured bubble is not the "
+              "schedule's alone (see chapter 7).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
