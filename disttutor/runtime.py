@@ -28,7 +28,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -233,8 +232,7 @@ def setup(backend: str | None = None, timeout_s: float | None = None) -> Iterato
             _write_report(ctx, "ok")
             raise
         _write_report(ctx, "error", _explain(exc, timeout_s))
-        traceback.print_exc()
-        raise
+        raise  # Python prints the traceback once, in this rank's log
     finally:
         _CTX = None
         if dist.is_initialized():

@@ -70,13 +70,12 @@ def build(src: str):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
-    for c in parse(open(src).read()):
+    for i, c in enumerate(parse(open(src).read())):
         cell = (nbformat.v4.new_markdown_cell if c["type"] == "markdown" else nbformat.v4.new_code_cell)(c["source"])
         if c["tags"]:
             cell.metadata["tags"] = c["tags"]
-        cell.pop("id", None)
+        cell["id"] = f"cell-{i:03d}"  # stable ids: rebuilding changes no line that did not change
         nb.cells.append(cell)
-    nbformat.validator.normalize(nb)
     return nb
 
 

@@ -32,19 +32,17 @@ def test_hello_allreduce_matches_single_process_sum(no_leftovers):
 
 def test_hung_collective_fails_within_collective_timeout_naming_ranks(no_leftovers):
     t0 = time.perf_counter()
-    res = disttutor.launch("hello", 3, {"skip_rank": 1}, collective_timeout=3, timeout=90,
+    res = disttutor.launch("hello", 2, {"skip_rank": 1}, collective_timeout=3, timeout=90,
                            stream=False, check=False)
     wall = time.perf_counter() - t0
     assert not res.ok and res.outcome == "finished"
-    # Ranks 0 and 2 waited in the all-reduce and gave up; rank 1 never joined.
-    for r in (0, 2):
-        assert res.ranks[r].status == "error"
-        assert "waited more than 3s" in res.ranks[r].error
+    # Rank 0 waited in the all-reduce and gave up; rank 1 never joined and was stopped.
+    assert res.ranks[0].status == "error" and "waited more than 3s" in res.ranks[0].error
     assert res.ranks[1].status == "stopped"
     assert "skipping the all-reduce" in res.ranks[1].log[-1]
     # Startup (~5 s, more on a loaded machine) + the 3 s collective timeout, nowhere near gloo's 30 min.
     assert wall < 60
-    with pytest.raises(LaunchError, match=r"error: ranks 0, 2; stopped: rank 1"):
+    with pytest.raises(LaunchError, match=r"error: rank 0; stopped: rank 1"):
         res.raise_for_status()
 
 

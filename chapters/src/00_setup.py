@@ -1,0 +1,247 @@
+# %% [markdown]
+# # Chapter 0 — Setup: your first distributed job, and what happens when it goes wrong
+#
+# Welcome to **disttutor**, a hands-on course on PyTorch distributed training. Everything in it
+# really runs: real processes, real collectives. On a laptop without a GPU the processes talk over
+# **gloo** on the CPU; on a machine with GPUs the very same programs pick **NCCL** and
+# `cuda:LOCAL_RANK` by themselves.
+#
+# In this chapter you will
+#
+# 1. check your machine with `disttutor.doctor()`;
+# 2. launch a 4-process job from a notebook cell and get every rank's results back *as data*;
+# 3. see what happens when a collective hangs, when a job runs too long, and when a rank crashes —
+#    and that none of them freezes this notebook or leaves processes behind.
+#
+# ### How a cell runs a distributed job
+#
+# ```
+# notebook cell ──disttutor.launch(program, nproc)──▶ torchrun (a subprocess)
+#       ▲                                                  │ starts nproc ranks
+#       │  RunResult: per-rank status,                     ▼
+#       │  per-rank results, logs, wall time        program main() ── runtime.setup(): env → backend/device → process group
+#       │                                                  │            runtime.report(...) → run_dir/rank{r}.json
+#       └──────── tables, plots, asserts ◀── run dir ──────┘            process group torn down in `finally`
+# ```
+#
+# Two rules make this safe in Jupyter:
+#
+# * **The kernel never forks.** A process that has run torch ops can deadlock if it forks (OpenMP
+#   and glibc locks are copied mid-use), and `mp.spawn` cannot pickle functions defined in a
+#   notebook. So every distributed program is a real module — `python -m disttutor.programs.hello` —
+#   started by `torchrun` in a subprocess.
+# * **Results come back as files, not parsed text.** Each rank writes a small JSON report; the
+#   launcher reads them when the job ends.
+
+# %%
+import json
+import os
+
+import disttutor
+
+print("disttutor", disttutor.__version__)
+
+# %% [markdown]
+# ## 1. Check the machine
+#
+# `doctor()` reports the torch version, CPU cores, GPUs and which process-group backends this
+# build of torch contains — then proves the whole chain works with a real 2-rank all-reduce.
+# (The lines differ from machine to machine, so this cell's output is not compared by the tests;
+# the `assert` below is.)
+
+# %%
+report = disttutor.doctor()
+print(report)
+assert report.ok, "the environment is not ready: see the problems above"
+
+# %% [markdown]
+# ## 2. Hello, all-reduce
+#
+# The first program, `disttutor/programs/hello.py`, is a dozen lines. Each rank starts with a
+# tensor filled with `rank + 1`; `all_reduce` replaces every rank's tensor with the **sum over all
+# ranks**. Here is its core, printed from the installed package:
+
+# %%
+import inspect
+
+from disttutor.programs import hello
+
+print(inspect.getsource(hello.run))
+
+# %% [markdown]
+# Launch it on 4 ranks. Each rank's lines appear as they are printed, prefixed with the rank;
+# they arrive in whatever order the processes happen to run (that order is *not* deterministic —
+# which is why the tests never compare this cell's output).
+
+# %%
+res = disttutor.launch("hello", nproc=4)
+res
+
+# %% [markdown]
+# `res` holds every rank's report as Python data. A rank-sorted table is deterministic, so the
+# course's tests compare this cell's output on every run:
+
+# %% tags=["nbval-check-output"]
+print(res.table("before", "after", "expected"))
+
+# %% [markdown]
+# And the claim — *every rank ends with the sum over ranks* — is checked, not just shown:
+
+# %%
+n = res.world_size
+assert [r["before"] for r in res.results] == [[float(r + 1)] * 3 for r in range(n)]
+assert all(r["after"] == [n * (n + 1) / 2] * 3 for r in res.results)
+print(f"all {n} ranks hold {n * (n + 1) / 2:g} = 1 + 2 + ... + {n}")
+
+# %% [markdown]
+# Where did the ranks run? The runtime picked the backend and device for them: gloo + CPU here
+# unless every rank could have its own GPU. (Machine-dependent, so not compared.)
+
+# %%
+print(res.table("backend", "device"))
+print(f"wall time of the job: {res.wall_s:.1f} s (torchrun start-up, 4 x `import torch`, the job)")
+
+# %% [markdown]
+# The same program on 2 ranks: nothing in it mentions a world size, so it just works.
+
+# %% tags=["nbval-check-output"]
+res2 = disttutor.launch("hello", nproc=2, stream=False)
+print(res2.table("after"))
+assert all(r["after"] == [3.0] * 3 for r in res2.results)
+
+# %% [markdown]
+# ### What travels back
+#
+# Each rank wrote `rank{r}.json` into the run directory; big tensors never leave a rank (the
+# runtime summarises a tensor as shape, dtype, sum and a hash). The keys of one report:
+
+# %% tags=["nbval-check-output"]
+with open(os.path.join(res.run_dir, "rank0.json")) as f:
+    rank0 = json.load(f)
+print(sorted(rank0))
+print(sorted(rank0["results"]))
+
+# %% [markdown]
+# ## 3. When things go wrong
+#
+# Distributed programs fail in ways single-process programs do not: one rank waits forever for a
+# message another rank never sends. Gloo's default collective timeout is **30 minutes** — a frozen
+# notebook. The course's runtime sets it to 60 s, and you can shorten it per launch.
+#
+# ### A hung collective
+#
+# `--skip-rank 1` makes rank 1 skip the all-reduce (it sleeps instead). Rank 0 enters the
+# collective and waits; after `collective_timeout=3` seconds it gives up with an error, torchrun
+# stops rank 1, and the cell ends.
+
+# %%
+hung = disttutor.launch("hello", nproc=2, args={"skip_rank": 1}, collective_timeout=3, check=False)
+print(hung.summary())
+
+# %% [markdown]
+# The statuses are data too, so the story can be checked: rank 0 failed because it waited too long,
+# rank 1 was still running and was stopped.
+
+# %% tags=["nbval-check-output"]
+print(hung.table())
+assert hung.ranks[0].status == "error" and "waited more than 3s" in hung.ranks[0].error
+assert hung.ranks[1].status == "stopped"
+
+# %% [markdown]
+# ### A job that runs too long
+#
+# If a collective timeout is long (or a rank spins in Python), the launcher's own wall-clock
+# `timeout=` ends the job: it stops torchrun (which stops its workers), kills anything left, and
+# raises `LaunchTimeout` naming the ranks that were still running and their last lines.
+
+# %%
+try:
+    disttutor.launch("hello", nproc=2, args={"skip_rank": 1}, collective_timeout=600, timeout=20,
+                     stream=False)
+except disttutor.LaunchTimeout as e:
+    timed_out = e
+    print(e)
+
+# %% tags=["nbval-check-output"]
+print("stuck ranks:", timed_out.stuck_ranks)
+assert timed_out.stuck_ranks == [0, 1]
+
+# %% [markdown]
+# ### A crashed rank
+#
+# `--crash-rank 1` makes rank 1 die with `os._exit(3)` — no Python cleanup, no report, like a
+# segfault or the out-of-memory killer. Torchrun notices, stops the other ranks, and the launcher
+# names the culprit with its exit code. By default a failed launch raises `LaunchError`; here we
+# catch it to look inside.
+
+# %%
+try:
+    disttutor.launch("hello", nproc=2, args={"crash_rank": 1}, stream=False)
+except disttutor.LaunchError as e:
+    crashed = e.result
+    print(e)
+
+# %% tags=["nbval-check-output"]
+print(crashed.ranks[1].status, "--", crashed.ranks[1].error)
+assert crashed.ranks[1].status == "error" and "exit code 3" in crashed.ranks[1].error
+
+# %% [markdown]
+# ### Nothing is left behind
+#
+# After each of those failures, no torchrun or worker process of ours is still alive:
+
+# %%
+import psutil
+
+
+def our_jobs():
+    mine = psutil.Process().children(recursive=True)
+    return [p for p in mine if "disttutor" in " ".join(p.cmdline())]
+
+
+assert our_jobs() == [], our_jobs()
+print("processes left behind:", len(our_jobs()))
+
+# %% [markdown]
+# Two more guarantees are tested by the course's test suite (`tests/test_lifecycle.py`) rather than
+# here, because they need the notebook itself to be interrupted or killed:
+#
+# * **Interrupting a cell** (the ■ button, or `Ctrl-C` in a terminal) stops the job: the launcher
+#   terminates torchrun, which stops its workers, then SIGKILLs whatever remains, and raises
+#   `LaunchInterrupted` naming the ranks that were still running.
+# * **A killed kernel** (restart, crash, `kill -9`) takes its jobs with it: on Linux torchrun is
+#   started with `PR_SET_PDEATHSIG`, so it is told to stop when the kernel dies, and every worker is
+#   tied to torchrun the same way.
+#
+# ### Bad input gets a clear message, before anything starts
+
+# %% tags=["nbval-check-output"]
+for bad in [dict(nproc=0), dict(nproc=2.5), dict(nproc=2, backend="mpi"), dict(nproc=2, nprocs=4)]:
+    try:
+        disttutor.launch("hello", **bad)
+    except (ValueError, TypeError) as e:
+        print(f"{type(e).__name__}: {str(e).split('. ')[0]}")
+try:
+    disttutor.launch("helo", nproc=2)
+except FileNotFoundError as e:
+    print(f"{type(e).__name__}: {e}")
+
+# %% [markdown]
+# ## 4. The same thing from a terminal
+#
+# Everything here also works outside Jupyter:
+#
+# ```bash
+# disttutor doctor
+# disttutor run hello -n 4                       # same as the cell above
+# disttutor run hello -n 2 -- --skip-rank 1      # arguments after -- go to the program
+# torchrun --nproc-per-node 4 -m disttutor.programs.hello   # plain torchrun works too
+# ```
+#
+# Note for readers of the source article: it launches jobs with `python -m torch.distributed.launch`
+# and `mp.spawn`. `torch.distributed.launch` is deprecated in favour of **`torchrun`**, which sets
+# `RANK`, `LOCAL_RANK` and `WORLD_SIZE` in the environment instead of passing `--local_rank`
+# arguments; chapter 5 shows what goes wrong when the two are combined.
+#
+# **Next:** chapter 1 asks *why* we distribute training at all, and chapter 2 opens up the process
+# group and every collective the course uses.
