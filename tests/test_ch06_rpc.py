@@ -32,10 +32,10 @@ def test_article_code_fails_as_written(no_leftovers):
 
 
 def test_fixed_calls_forward_runs_but_backward_reaches_no_remote_parameter(no_leftovers):
-    res = launch("rpc_article", stage="fixed-calls")
+    res = launch("rpc_article", stage="fixed-calls", batch=8, seq=10)  # small input: the 12-layer transformer is slow
     assert res.ok, res.summary()
     out = res.results[0]
-    assert out["output_shape"] == [32, 50, 10] and out["output_requires_grad"] is True
+    assert out["output_shape"] == [8, 10, 10] and out["output_requires_grad"] is True
     assert out["local_params"] == 0  # the master holds no parameters: they all live on the workers
     # backward() ran without an error, yet no parameter on any worker got a gradient
     for name, (with_grad, n) in out["remote_grads"].items():

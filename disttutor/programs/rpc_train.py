@@ -27,7 +27,6 @@ import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 import torch.nn.functional as F
 from torch import nn, optim
-from torch.distributed.optim import DistributedOptimizer
 from torch.distributed.rpc import RRef
 
 from disttutor.data import tokens
@@ -124,6 +123,10 @@ class RemoteStages:
 
 
 def train_master(cfg: RpcTrainConfig) -> list[float]:
+    # imported here, not at the top: torch.distributed.optim pulls in FSDP & co (seconds), and the
+    # notebook imports this module only for reference() and the config
+    from torch.distributed.optim import DistributedOptimizer
+
     model = RemoteStages(cfg)
     x, y = batch(cfg)
     opt = DistributedOptimizer(optim.SGD, model.parameter_rrefs(), lr=cfg.lr)
