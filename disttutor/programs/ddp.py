@@ -13,8 +13,9 @@ What changed from the article, and why (each is a comment below too):
 * the printed loss is averaged over ranks, not rank 0's last batch.
 * rank 0 saves ``model.module.state_dict()`` (no ``module.`` prefix); the others load it.
 
-Flags for the chapter's experiments (no `--n`: torchrun would take it as an abbreviation of its own options): ``--no-set-epoch``, ``--drop-last``,
-``--uneven N`` (+ ``--join``), ``--unused-demo``.
+Flags for the chapter's experiments: ``--no-set-epoch``, ``--drop-last``, ``--uneven N``
+(+ ``--join``), ``--unused-demo``. The dataset size is ``--samples``, not ``--n``: torchrun's
+own parser would read ``--n`` as an ambiguous abbreviation of its options.
 
     disttutor run ddp -n 4 -- --epochs 3 --save /tmp/model.pt
 """
@@ -195,8 +196,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--join", action="store_true")
     p.add_argument("--unused-demo", action="store_true")
     a = p.parse_args(argv)
-    run(DDPConfig(n=a.samples, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, seed=a.seed, set_epoch=not a.no_set_epoch,
-                  drop_last=a.drop_last, save=a.save, show=a.show, uneven=a.uneven, join=a.join,
+    run(DDPConfig(n=a.samples, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
+                  set_epoch=not a.no_set_epoch, drop_last=a.drop_last, save=a.save, show=a.show, uneven=a.uneven, join=a.join,
                   unused_demo=a.unused_demo))
 
 
