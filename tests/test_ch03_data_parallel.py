@@ -55,46 +55,50 @@ def test_formula_and_config_errors_are_clear():
         TrafficConfig(patterns=("dp-copy", "ring"))
     with pytest.raises(ValueError, match="steps"):
         TrafficConfig(steps=0)
+    with pytest.raises(ValueError, match="sizes"):
+        TrafficConfig(sizes=(3, 2))
 
 
 # --------------------------------------------------------------------------- real ranks
 @pytest.mark.slow
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("n", [2, 3])
-def test_traffic_program_matches_formulas_and_single_process(n, no_leftovers):
-    res = disttutor.launch("dp_traffic", nproc=n, args={"steps": STEPS, "batch": BATCH, "lr": LR},
-                           timeout=100, collective_timeout=30, stream=False)
+@pytest.mark.timeout(200)
+def test_traffic_program_matches_formulas_and_single_process(no_leftovers):
+    # One job of 3 ranks measures N = 2 (subgroup 0..1) and N = 3 (all ranks).
+    res = disttutor.launch("dp_traffic", nproc=3, args={"steps": STEPS, "batch": BATCH, "lr": LR, "sizes": "2,3"},
+                           timeout=150, stream=False)
     r0 = res.results[0]
     assert r0["n_params"] == 2110  # the article's 10 -> 100 -> 10 model
-    for pattern in dp.PATTERNS:
-        for rank in range(n):
-            got = res.results[rank][pattern]
-            assert {"sent": got["sent"], "recv": got["recv"]} == dp.expected_bytes(
-                pattern, n, rank, 2110, BATCH, D, D), (pattern, rank)
-    # Every pattern is the same training as one process on the whole batch.
+    assert sorted(r0["runs"]) == ["2", "3"] and sorted(res.results[2]["runs"]) == ["3"]
     ref_losses, ref_params = dp.full_batch_reference(STEPS, BATCH, D, HIDDEN, D, LR)
-    for pattern in dp.PATTERNS:
-        if pattern == "ddp-ring":  # equal shards: the full-batch loss is the mean of the shard losses
-            losses = [sum(res.results[k][pattern]["losses"][s] for k in range(n)) / n for s in range(STEPS)]
-        else:
-            losses = r0[pattern]["losses"]
-        # float32, summed in another order (chunks, chain, ring): 1e-5 is ~100 ulps at loss ~2
-        assert losses == pytest.approx(ref_losses, abs=1e-5), pattern
-        assert r0[pattern]["params"]["sum"] == pytest.approx(ref_params["sum"], abs=1e-5 * ref_params["abs_sum"])
-    # DataParallel sums replica gradients; the article's "average" is off by a factor n.
-    for pattern in ("dp-copy", "dp-chain"):
-        g = r0[pattern]
-        assert g["sum_vs_full"] < 1e-5 * g["grad_norm"]   # float32 rounding of a sum of n chunks
-        assert g["mean_vs_full"] > 1e-3 * g["grad_norm"]  # 100x the rounding bound: a real error, not noise
+    for n in (2, 3):
+        runs = [res.results[k]["runs"][str(n)] for k in range(n)]
+        for pattern in dp.PATTERNS:
+            for rank in range(n):
+                assert {"sent": runs[rank][pattern]["sent"], "recv": runs[rank][pattern]["recv"]} == \
+                    dp.expected_bytes(pattern, n, rank, 2110, BATCH, D, D), (n, pattern, rank)
+            # Every pattern is the same training as one process on the whole batch.
+            if pattern == "ddp-ring":  # equal shards: the full-batch loss is the mean of the shard losses
+                losses = [sum(runs[k][pattern]["losses"][s] for k in range(n)) / n for s in range(STEPS)]
+            else:
+                losses = runs[0][pattern]["losses"]
+            # float32, summed in another order (chunks, chain, ring): 1e-5 is ~100 ulps at loss ~2
+            assert losses == pytest.approx(ref_losses, abs=1e-5), (n, pattern)
+            assert runs[0][pattern]["params"]["sum"] == pytest.approx(ref_params["sum"],
+                                                                      abs=1e-5 * ref_params["abs_sum"])
+        # DataParallel sums replica gradients; the article's "average" is off by a factor n.
+        for pattern in ("dp-copy", "dp-chain"):
+            g = runs[0][pattern]
+            assert g["sum_vs_full"] < 1e-5 * g["grad_norm"]   # float32 rounding of a sum of n chunks
+            assert g["mean_vs_full"] > 1e-3 * g["grad_norm"]  # 100x the rounding bound: a real error, not noise
     # The plot helpers accept the run as it is (rows and figure).
-    from disttutor.viz.dp_traffic import plot_traffic, traffic_rows
-
-    rows = traffic_rows([res])
-    assert len(rows) == 3 * n and all(r["matches"] for r in rows)
-    fig = plot_traffic(rows, param_bytes=4 * 2110)
-    assert len(fig.axes) == 2 and fig.axes[0].get_lines()
     import matplotlib.pyplot as plt
 
+    from disttutor.viz.dp_traffic import plot_traffic, traffic_rows
+
+    rows = traffic_rows(res)
+    assert len(rows) == 3 * (2 + 3) and all(r["matches"] for r in rows)
+    fig = plot_traffic(rows, param_bytes=4 * 2110)
+    assert len(fig.axes) == 2 and fig.axes[0].get_lines()
     plt.close(fig)
 
 

@@ -15,7 +15,7 @@ send/recv/scatter/gather; the counts are compared with the textbook formulas in
 :func:`disttutor.dataparallel.expected_bytes`. These are collectives between CPU
 *processes*, not GPU peer copies: the byte counts carry over, the timings do not.
 
-    disttutor run dp_traffic -n 3 -- --steps 3
+    disttutor run dp_traffic -n 4 -- --steps 3 --sizes 2,3,4   # N = 2, 3, 4 in one job
 """
 from __future__ import annotations
 
@@ -38,19 +38,21 @@ from disttutor.dataparallel import PATTERNS
 class Wire:
     """Real gloo point-to-point and scatter/gather calls that count the bytes they move, per phase."""
 
-    def __init__(self, rank: int, world: int):
-        self.rank, self.world = rank, world
+    def __init__(self, rank: int, world: int, group=None):
+        # The groups used here are ranks 0..world-1, so a rank's global number is also its number in
+        # the group: dst/src below can be passed as they are.
+        self.rank, self.world, self.group = rank, world, group
         self.out: dict[str, int] = defaultdict(int)  # bytes sent, per phase
         self.inn: dict[str, int] = defaultdict(int)  # bytes received, per phase
         self._sends: list = []
 
     def send(self, t: torch.Tensor, dst: int, phase: str) -> None:
         self.out[phase] += t.numel() * t.element_size()
-        self._sends.append((dist.isend(t, dst), t))  # keep t alive until the send completes
+        self._sends.append((dist.isend(t, dst, group=self.group), t))  # keep t alive until the send completes
 
     def recv(self, t: torch.Tensor, src: int, phase: str) -> None:
         self.inn[phase] += t.numel() * t.element_size()
-        dist.irecv(t, src).wait()
+        dist.irecv(t, src, group=self.group).wait()
 
     def flush(self) -> None:
         for work, _ in self._sends:
@@ -60,7 +62,7 @@ class Wire:
     def scatter(self, out: torch.Tensor, full: torch.Tensor | None, phase: str) -> None:
         """Rank 0 sends shard r of ``full`` to rank r (its own shard stays local: no bytes)."""
         chunks = list(full.chunk(self.world)) if self.rank == 0 else None
-        dist.scatter(out, chunks, src=0)
+        dist.scatter(out, chunks, src=0, group=self.group)
         n = out.numel() * out.element_size()
         if self.rank == 0:
             self.out[phase] += n * (self.world - 1)
@@ -70,7 +72,7 @@ class Wire:
     def gather(self, t: torch.Tensor, phase: str) -> torch.Tensor | None:
         """Every rank's ``t`` lands on rank 0, concatenated along dim 0 (None elsewhere)."""
         bufs = [torch.empty_like(t) for _ in range(self.world)] if self.rank == 0 else None
-        dist.gather(t, bufs, dst=0)
+        dist.gather(t, bufs, dst=0, group=self.group)
         n = t.numel() * t.element_size()
         if self.rank == 0:
             self.inn[phase] += n * (self.world - 1)
@@ -153,6 +155,7 @@ class TrafficConfig:
     pieces: int = 4          # pipeline depth of the chain broadcast/reduce
     seed: int = 0
     patterns: tuple[str, ...] = PATTERNS
+    sizes: tuple[int, ...] = ()  # device counts to measure in one job (subgroups 0..n-1); () = all ranks
 
     def __post_init__(self):
         for name in ("steps", "batch", "d_in", "hidden", "classes", "pieces"):
@@ -160,6 +163,8 @@ class TrafficConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if any(n < 1 for n in self.sizes) or list(self.sizes) != sorted(set(self.sizes)):
+            raise ValueError(f"sizes must be increasing and >= 1, got {self.sizes}")
         bad = [p for p in self.patterns if p not in PATTERNS]
         if bad or not self.patterns:
             raise ValueError(f"patterns must be a non-empty subset of {PATTERNS}, got {self.patterns}")
@@ -216,37 +221,52 @@ def sgd(model, g: torch.Tensor, lr: float) -> None:
 
 def run(cfg: TrafficConfig) -> None:
     with runtime.setup(backend="gloo") as ctx:  # the point is CPU ranks; gloo is the CPU backend
-        if cfg.batch % ctx.world_size:
-            raise ValueError(f"batch {cfg.batch} is not divisible by {ctx.world_size} ranks: every rank "
-                             "must get an equal shard (DistributedSampler pads to the same end)")
+        sizes = cfg.sizes or (ctx.world_size,)
+        for n in sizes:
+            if n > ctx.world_size:
+                raise ValueError(f"size {n} needs {n} ranks; this job has {ctx.world_size}")
+            if cfg.batch % n:
+                raise ValueError(f"batch {cfg.batch} is not divisible by {n} ranks: every rank must get an "
+                                 "equal shard (DistributedSampler pads to the same end)")
+        # One job, several "device counts": ranks 0..n-1 form a group of n. Every rank must create
+        # every group (new_group is itself collective), even the groups it is not in.
+        groups = {n: dist.new_group(list(range(n))) for n in sizes}
         x, y = data.classification(n=cfg.batch, d_in=cfg.d_in, classes=cfg.classes, seed=cfg.seed).tensors
-        n_params = 0
-        for i, pattern in enumerate(cfg.patterns):
-            model = models.seeded(models.MLP, cfg.seed, cfg.d_in, [cfg.hidden], cfg.classes)
-            n_params = sum(p.numel() for p in model.parameters())
-            w, losses, check = Wire(ctx.rank, ctx.world_size), [], {}
-            dist.barrier()
-            t0 = time.perf_counter()
-            for step in range(cfg.steps):
-                if pattern == "ddp-ring":
-                    loss, g = ddp_step(w, model, x, y, cfg)
-                    sgd(model, g, cfg.lr)
-                else:
-                    loss, g = dp_step(w, model, x, y, cfg, pattern.split("-")[1])
-                    if ctx.rank == 0:
-                        if step == 0:
-                            check = grad_check(model, x, y, g, ctx.world_size)
-                        sgd(model, g, cfg.lr)  # the optimizer only ever updates device 0's module
-                losses.append(loss)
-                runtime.progress(i * cfg.steps + step + 1, len(cfg.patterns) * cfg.steps, desc=pattern)
-            dist.barrier()
-            ms = (time.perf_counter() - t0) / cfg.steps * 1e3
-            runtime.report(**{pattern: {
-                "sent": sum(w.out.values()) // cfg.steps, "recv": sum(w.inn.values()) // cfg.steps,
-                "sent_phases": {k: v // cfg.steps for k, v in w.out.items()},
-                "recv_phases": {k: v // cfg.steps for k, v in w.inn.items()},
-                "ms_per_step": ms, "losses": losses, "params": models.param_summary(model), **check}})
-        runtime.report(n_params=n_params, batch=cfg.batch, d_in=cfg.d_in, d_out=cfg.classes, steps=cfg.steps)
+        runs, done, total = {}, 0, len(sizes) * len(cfg.patterns) * cfg.steps
+        for n in sizes:
+            if ctx.rank < n:
+                runs[str(n)] = {p: measure(cfg, p, Wire(ctx.rank, n, groups[n]), x, y) for p in cfg.patterns}
+            done += len(cfg.patterns) * cfg.steps
+            runtime.progress(done, total, desc=f"N={n}")
+            dist.barrier()  # the ranks outside the group wait here, idle, for the next size
+        n_params = sum(p.numel() for p in models.MLP(cfg.d_in, [cfg.hidden], cfg.classes).parameters())
+        runtime.report(runs=runs, n_params=n_params, batch=cfg.batch, d_in=cfg.d_in, d_out=cfg.classes,
+                       steps=cfg.steps)
+
+
+def measure(cfg: TrafficConfig, pattern: str, w: Wire, x, y) -> dict:
+    """Train ``cfg.steps`` steps with ``pattern`` on the ranks of ``w``; bytes per step, time, results."""
+    model = models.seeded(models.MLP, cfg.seed, cfg.d_in, [cfg.hidden], cfg.classes)
+    losses, check = [], {}
+    dist.barrier(group=w.group)
+    t0 = time.perf_counter()
+    for step in range(cfg.steps):
+        if pattern == "ddp-ring":
+            loss, g = ddp_step(w, model, x, y, cfg)
+            sgd(model, g, cfg.lr)
+        else:
+            loss, g = dp_step(w, model, x, y, cfg, pattern.split("-")[1])
+            if w.rank == 0:
+                if step == 0:
+                    check = grad_check(model, x, y, g, w.world)
+                sgd(model, g, cfg.lr)  # the optimizer only ever updates device 0's module
+        losses.append(loss)
+    dist.barrier(group=w.group)
+    return {"sent": sum(w.out.values()) // cfg.steps, "recv": sum(w.inn.values()) // cfg.steps,
+            "sent_phases": {k: v // cfg.steps for k, v in w.out.items()},
+            "recv_phases": {k: v // cfg.steps for k, v in w.inn.items()},
+            "ms_per_step": (time.perf_counter() - t0) / cfg.steps * 1e3, "losses": losses,
+            "params": models.param_summary(model), **check}
 
 
 def grad_check(model, x, y, g_sum: torch.Tensor, world: int) -> dict[str, float]:
@@ -269,9 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--pieces", type=int, default=d.pieces)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--sizes", default="", help="comma-separated device counts, e.g. 2,3,4 (default: all ranks)")
     p.add_argument("--patterns", default=",".join(d.patterns), help=f"comma-separated subset of {PATTERNS}")
     a = p.parse_args(argv)
     run(TrafficConfig(steps=a.steps, batch=a.batch, hidden=a.hidden, lr=a.lr, pieces=a.pieces, seed=a.seed,
+                      sizes=tuple(int(v) for v in a.sizes.split(",") if v),
                       patterns=tuple(s for s in a.patterns.split(",") if s)))
 
 

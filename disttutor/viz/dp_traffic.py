@@ -1,13 +1,13 @@
 """Plots of DataParallel's per-step traffic versus a ring all-reduce (chapter 3).
 
-:func:`traffic_rows` turns the :class:`~disttutor.RunResult` of
-``disttutor.programs.dp_traffic`` launches into plain rows (measured bytes next
+:func:`traffic_rows` turns the :class:`~disttutor.RunResult` of a
+``disttutor.programs.dp_traffic`` launch into plain rows (measured bytes next
 to the formula of :func:`disttutor.dataparallel.expected_bytes`);
 :func:`plot_traffic` draws them. No widgets, no torch: tests call both.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import matplotlib.pyplot as plt
 
@@ -18,17 +18,16 @@ STYLE = {"dp-copy": ("tab:red", "o", "DataParallel, copies (no NCCL; the article
          "ddp-ring": ("tab:blue", "^", "DDP, ring all-reduce")}
 
 
-def traffic_rows(results: Iterable[Any]) -> list[dict[str, Any]]:
-    """One row per (world size, pattern, rank): measured and expected bytes sent and received per step."""
-    rows = []
-    for res in results:
-        n, r0 = res.world_size, res.results[0]
+def traffic_rows(res: Any) -> list[dict[str, Any]]:
+    """One row per (N, pattern, rank) of a ``dp_traffic`` launch: measured and expected bytes per step."""
+    rows, r0 = [], res.results[0]
+    for n in sorted(int(k) for k in r0["runs"]):
         for pattern in PATTERNS:
-            if pattern not in r0:
+            if pattern not in r0["runs"][str(n)]:
                 continue
-            for rank, rr in enumerate(res.results):
+            for rank in range(n):
+                m = res.results[rank]["runs"][str(n)][pattern]
                 exp = expected_bytes(pattern, n, rank, r0["n_params"], r0["batch"], r0["d_in"], r0["d_out"])
-                m = rr[pattern]
                 rows.append({"N": n, "pattern": pattern, "rank": rank, "sent": m["sent"], "recv": m["recv"],
                              "through": m["sent"] + m["recv"], "expected": exp["sent"] + exp["recv"],
                              "matches": (m["sent"], m["recv"]) == (exp["sent"], exp["recv"])})
