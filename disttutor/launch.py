@@ -25,16 +25,16 @@ import json
 import os
 import queue
 import re
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .collect import collect
+from .procs import PRCTL, kill_tree, tie_to_parent
 from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
 
 __all__ = ["launch", "resolve_program", "free_port", "max_procs"]
@@ -166,66 +166,10 @@ def _torchrun_argv(target: list[str], argv: list[str], nproc: int, nnodes: int, 
     return cmd + target + argv
 
 
-def _preexec() -> None:  # runs in the child between fork and exec
-    _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: torchrun stops its workers if we die
-
-
-def _make_prctl():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _make_prctl()
-
-
 def _pump(idx: int, stream, q: "queue.Queue[tuple[int, str | None]]") -> None:
     for line in iter(stream.readline, ""):
         q.put((idx, line.rstrip("\r\n")))
     q.put((idx, None))
-
-
-def _tree(pids: Iterable[int]):
-    import psutil
-
-    procs = []
-    for pid in pids:
-        try:
-            p = psutil.Process(pid)
-            procs += [p, *p.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            pass
-    return procs
-
-
-def kill_tree(pids: Iterable[int], grace: float = 3.0) -> int:
-    """SIGTERM torchrun agents (they forward it to workers), then SIGKILL what is left.
-
-    Returns how many processes had to be SIGKILLed.
-    """
-    import psutil
-
-    pids = list(pids)
-    victims = _tree(pids)  # snapshot first: workers live in their own sessions
-    for p in victims:
-        if p.pid in pids:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
-    _, alive = psutil.wait_procs(victims, timeout=grace)
-    for p in alive + [q for q in _tree(pids) if q not in victims]:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5)
-    return len(alive)
 
 
 def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any] | None = None, *,
@@ -286,7 +230,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
                 cmd, env={**child_env, "DISTTUTOR_AGENT": str(node)}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us, and we stop the tree in order
-                preexec_fn=_preexec if _PRCTL else None)
+                preexec_fn=tie_to_parent if PRCTL else None)
             procs.append(p)
             threading.Thread(target=_pump, args=(node, p.stdout, q), daemon=True).start()
         open_streams, deadline = nnodes, t0 + timeout

@@ -26,13 +26,15 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import sys
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
+
+from . import procs
 
 # Collectives that wait longer than this fail instead of hanging. Gloo's
 # default is 30 minutes, far too long for a learner staring at a cell.
@@ -174,19 +176,9 @@ def summarize(t: torch.Tensor) -> dict[str, Any]:
 
 def _tie_to_parent() -> None:
     """Die with torchrun: if the agent is SIGKILLed, its workers would otherwise
-    live on in their own sessions, holding ports and CPU (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(1)
-    except OSError:
-        pass
+    live on in their own sessions, holding ports and CPU."""
+    if procs.die_with_parent(signal.SIGKILL) and os.getppid() == 1:
+        os._exit(1)  # the parent died before prctl took effect
 
 
 def _explain(exc: BaseException, timeout_s: float) -> str:

@@ -54,7 +54,10 @@ def test_wall_timeout_kills_everything_and_names_stuck_ranks(no_leftovers):
     wall = time.perf_counter() - t0
     err = info.value
     assert err.stuck_ranks == [0, 1]
-    assert "timed out after 25s" in str(err) and "skipping the all-reduce" in str(err)
+    assert "timed out after 25s" in str(err)
+    for r in err.result.ranks:  # each stuck rank is named with its last words (if it got to say any)
+        assert f"rank {r.rank}: stuck" in str(err)
+        assert all(line in str(err) for line in r.last_lines())
     assert wall < 25 + 10  # the timeout plus a bounded teardown (SIGTERM, 3 s grace, SIGKILL)
 
 
