@@ -1,0 +1,77 @@
+"""The runtime's pieces that need no second process: env parsing, backend choice, reports."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from disttutor import runtime
+from disttutor.checks import adapter
+from disttutor.results import RankResult, RunResult, format_table
+
+
+def test_env_outside_torchrun_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="not running under torchrun: RANK, WORLD_SIZE"):
+        runtime.DistEnv.from_environ({"MASTER_ADDR": "x", "MASTER_PORT": "1"})
+
+
+def test_env_reads_torchrun_variables():
+    env = runtime.DistEnv.from_environ({"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
+                                        "GROUP_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size, env.group_rank) == (5, 1, 8, 4, 1)
+
+
+@pytest.mark.parametrize("gpus, requested, local_world, want", [
+    (0, None, 2, ("gloo", "cpu")),
+    (4, None, 4, ("nccl", "cuda:3")),   # every local rank has a GPU -> NCCL, device = LOCAL_RANK
+    (2, None, 4, ("gloo", "cpu")),      # not enough GPUs for every rank -> gloo on CPU
+    (4, "gloo", 4, ("gloo", "cpu")),    # explicit override wins
+])
+def test_pick_backend(monkeypatch, gpus, requested, local_world, want):
+    monkeypatch.delenv("DISTTUTOR_BACKEND", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    backend, device = runtime.pick_backend(requested, local_world, local_rank=min(3, local_world - 1))
+    assert (backend, str(device)) == want
+
+
+def test_pick_backend_refuses_nccl_without_gpus(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="needs one GPU per local rank"):
+        runtime.pick_backend("nccl", 2, 0)
+    with pytest.raises(ValueError, match="unknown backend 'mpi'"):
+        runtime.pick_backend("mpi", 2, 0)
+
+
+def test_summarize_is_small_and_identifies_content():
+    a = torch.arange(1000, dtype=torch.float32)
+    s = runtime.summarize(a)
+    assert s["shape"] == [1000] and s["dtype"] == "float32" and s["sum"] == float(a.sum())
+    assert runtime.summarize(a.clone())["sha1"] == s["sha1"] != runtime.summarize(a + 1)["sha1"]
+    assert len(json.dumps(s)) < 120
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        runtime._jsonable(object())
+
+
+def test_exercise_source_round_trip(tmp_path):
+    def double(x):
+        return 2 * x
+
+    path = adapter.write_exercise(double, str(tmp_path))
+    assert adapter.load_exercise(path, "double")(21) == 42
+    with pytest.raises(AttributeError, match="no function named 'triple'"):
+        adapter.load_exercise(path, "triple")
+    with pytest.raises(TypeError, match="expected a function"):
+        adapter.to_source(42)
+
+
+def test_result_table_and_summary_are_deterministic():
+    ranks = [RankResult(r, "ok" if r else "error", None if r else "boom", {"loss": 0.5 * r}, [f"line {r}"])
+             for r in range(3)]
+    res = RunResult("prog", 3, 1, 1, 1.234, ranks, [], "/tmp/x")
+    assert res.table("loss").splitlines()[2].split() == ["0", "error", "0"]
+    assert "rank 0: error -- boom" in res.summary() and "| line 0" in res.summary()
+    assert not res.ok and res.ranks_with("error") == [0]
+    assert format_table([]) == "(no rows)"
