@@ -149,5 +149,5 @@ def test_notebook_is_built_from_its_source_and_executed():
     tagged = [c for c in code if "nbval-check-output" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) >= 5 and all(c["outputs"] for c in tagged)
     text = "".join("".join(o.get("text", "")) for c in code for o in c["outputs"])
-    assert "Traceback" not in text and "Error" not in text
+    assert not [o for c in code for o in c["outputs"] if o["output_type"] == "error"]
     assert "SKIPPED: real DataParallel needs >= 2 GPUs" in text  # the CPU notebook says so plainly

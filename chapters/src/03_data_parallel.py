@@ -95,7 +95,7 @@ for line in source_lines(comm.reduce_add, "if nccl.is_available(inputs)", "nccl.
 # | the article (§4.1–4.3) | the source |
 # |---|---|
 # | a *master* process sends work to GPU0..GPU2 | there is one process; GPU 0 *is* the "master" and also computes a replica |
-# | "collects the gradients and **averages** them" | gradients are **summed** (`ReduceAddCoalesced`); the loss is already a mean over the whole gathered batch, so a sum is exactly the full-batch gradient and an average would be N times too small (measured in section 3) |
+# | "collects the gradients and **averages** them" | gradients are **summed** (`ReduceAddCoalesced`); the loss is already a mean over the whole gathered batch, so a sum is exactly the full-batch gradient and an average would be N times too small (measured in section 4) |
 # | "updates and **broadcasts** the new parameters" | no broadcast after the step; `replicate` re-copies *all* parameters (and rebuilds the module replicas in Python) at the start of every forward |
 # | diagram: outputs never come back | outputs are **gathered on device 0**, the loss and its gradient are computed there, and the output gradients are scattered back |
 # | `if torch.cuda.is_available(): model = nn.DataParallel(model)` | with one GPU DataParallel is just overhead (`if len(self.device_ids) == 1`); it pays only with ≥ 2 |
