@@ -245,13 +245,13 @@ assert "must be Tensor" in art.ranks[0].error and "PyRRef" in art.ranks[0].error
 # %% tags=["nbval-check-output"]
 def sample0_changes(batch_first: bool) -> bool:
     torch.manual_seed(0)
-    t = torch.nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
-                             dim_feedforward=32, dropout=0.0, batch_first=batch_first).eval()
-    x = torch.randn(32, 50, 16)          # (batch, seq, d) as the article builds it
-    x2 = x.clone()
-    x2[1] += 1.0                         # change sample 1 only
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # nn.Transformer's nested-tensor notice
+        t = torch.nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                                 dim_feedforward=32, dropout=0.0, batch_first=batch_first).eval()
+        x = torch.randn(32, 50, 16)          # (batch, seq, d) as the article builds it
+        x2 = x.clone()
+        x2[1] += 1.0                         # change sample 1 only
         return not torch.allclose(t(x, x)[0], t(x2, x2)[0])
 
 
