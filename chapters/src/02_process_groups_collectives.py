@@ -249,9 +249,11 @@ assert waits[0] > waits[-1], "the first to arrive waits the longest"
 # %% [markdown]
 # ### Why the ring shift used `isend`/`irecv`: a deadlock, shown safely
 # In a ring step *every* rank sends and receives. Written as "`send` then `recv`" on both sides of a
-# pair, both ranks sit in `send`, each waiting for the other to post a `recv` — Gloo's `send` does not
-# complete until the receiver is ready. (NCCL may buffer *small* messages, so there the same bug
-# appears only for big tensors — worse.) With a 3-second collective timeout the demo ends on its own:
+# pair, both ranks sit in `send`, each waiting for the other to post a `recv`: Gloo's `send` does not
+# complete until the receiver is ready, even for the 2-element tensors used here. (Whether a blocking
+# send may finish before its receive is posted depends on the backend and the message size, so code
+# that happens to work for small tensors can hang for big ones: never rely on it.) With a 3-second
+# collective timeout the demo ends on its own:
 
 # %%
 dead = disttutor.launch("collectives", nproc=2, args={"deadlock": True, "ops": ["barrier"]},
