@@ -206,7 +206,7 @@ assert total > 100e6
 
 # %% [markdown]
 # We run it with small sizes instead (`d_model=16`; the bugs do not depend on size). The harness
-# around it, `rpc_session()`, replaces the article's launch code, which has its own problems:
+# around it, `disttutor.runtime.rpc_setup()`, replaces the article's launch code, which has its own problems:
 #
 # * `os.environ[...]` is used but **`import os` is missing** — every process dies with a `NameError`
 #   before RPC even starts;

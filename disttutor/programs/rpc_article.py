@@ -3,7 +3,7 @@
 The three stage classes and ``ModelParallelNet`` below are the article's code
 unchanged except for sizes (``--vocab``, ``--d-model``, ... default to small
 values; ``nn.Transformer``'s other defaults are kept). What is *not* the
-article's is the harness, :func:`rpc_session`, which replaces
+article's is the harness, :func:`disttutor.runtime.rpc_setup`, which replaces
 ``mp.spawn`` + a hard-coded ``MASTER_PORT='29500'`` + ``import os`` (missing in
 the article) with torchrun's environment, a short ``rpc_timeout``,
 ``rpc.shutdown()`` in ``finally`` and a per-rank report for the launcher.
@@ -19,13 +19,7 @@ result that came back over RPC is cut off from the remote parameters.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
-import traceback
-import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
 
 import torch
 import torch.nn as nn
@@ -95,85 +89,6 @@ def stage_grads(module_rref) -> list[int]:
     return [sum(p.grad is not None for p in params), len(params)]
 
 
-# -- the harness: what makes RPC programs safe to run from a notebook ------------------------------------
-_RESULTS: dict[str, Any] = {}
-_WARNINGS: list[str] = []
-
-
-def rpc_report(**values: Any) -> None:
-    """Like :func:`runtime.report`, for RPC programs (they have no process group, hence no runtime context)."""
-    _RESULTS.update(values)
-
-
-def _write(env: runtime.DistEnv, status: str, error: str | None) -> None:
-    """``rank{r}.json`` in the launcher's format (same keys as :func:`runtime._write_report`)."""
-    run_dir = os.environ.get("DISTTUTOR_RUN_DIR")
-    if not run_dir:
-        return
-    payload = {"rank": env.rank, "local_rank": env.local_rank, "group_rank": env.group_rank,
-               "world_size": env.world_size, "backend": "rpc/tensorpipe", "device": "cpu", "pid": os.getpid(),
-               "agent": int(os.environ.get("DISTTUTOR_AGENT", "0")), "status": status, "error": error,
-               "results": {**_RESULTS, "warnings": _WARNINGS}}
-    path = os.path.join(run_dir, f"rank{env.rank}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(payload, f, default=runtime._jsonable)
-    os.replace(path + ".tmp", path)
-
-
-def _record_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    text = f"{category.__name__}: {str(message).splitlines()[0]}"
-    if text not in _WARNINGS:  # the same warning fires once per call site and per rank
-        _WARNINGS.append(text)
-        print(text, flush=True)
-
-
-@dataclass(frozen=True)
-class RpcOptions:
-    rpc_timeout: float = 20.0  # seconds one RPC may take; the default (60 s) is long for a notebook cell
-    num_worker_threads: int = 8  # threads serving incoming RPCs (default 16; this machine has 2 cores)
-
-    def __post_init__(self):
-        if self.rpc_timeout <= 0:
-            raise ValueError(f"rpc_timeout must be > 0, got {self.rpc_timeout}")
-        if self.num_worker_threads < 2:
-            raise ValueError("num_worker_threads must be >= 2 (backward and optimizer RPCs nest)")
-
-
-@contextlib.contextmanager
-def rpc_session(names: list[str] | None = None, opts: RpcOptions = RpcOptions()) -> Iterator[runtime.DistEnv]:
-    """``init_rpc`` from torchrun's environment; ``shutdown`` and a per-rank report whatever happens.
-
-    ``names[rank]`` is this rank's RPC name (default ``worker{rank}``). Warnings
-    raised inside (deprecations!) are recorded and reported as ``warnings``.
-    """
-    if not rpc.is_available():
-        raise RuntimeError("this torch build has no torch.distributed.rpc (it is missing on some Windows/macOS builds)")
-    env = runtime.DistEnv.from_environ()
-    runtime._tie_to_parent()
-    names = names or [f"worker{r}" for r in range(env.world_size)]
-    status, error = "running", None
-    _write(env, status, error)
-    warnings.simplefilter("always")
-    warnings.showwarning = _record_warning
-    options = rpc.TensorPipeRpcBackendOptions(
-        init_method="env://",  # torchrun's MASTER_ADDR/MASTER_PORT: no hard-coded port that another job may hold
-        rpc_timeout=opts.rpc_timeout, num_worker_threads=opts.num_worker_threads)
-    rpc.init_rpc(names[env.rank], rank=env.rank, world_size=env.world_size, rpc_backend_options=options)
-    try:
-        yield env
-        status = "ok"
-    except BaseException as exc:
-        status, error = "error", f"{type(exc).__name__}: {exc}".strip()
-        traceback.print_exc()
-        raise
-    finally:
-        # graceful: waits until every worker has finished serving the others' RPCs,
-        # so a worker never exits while the master still holds its RRefs.
-        with contextlib.suppress(Exception):
-            rpc.shutdown(graceful=True)
-        _write(env, status, error)
-
-
 @dataclass(frozen=True)
 class ArticleConfig:
     stage: str = "as-written"
@@ -196,7 +111,7 @@ class ArticleConfig:
 
 def run(cfg: ArticleConfig) -> None:
     SIZES.update(vocab=cfg.vocab, d_model=cfg.d_model, nhead=cfg.nhead, classes=cfg.classes)
-    with rpc_session() as env:
+    with runtime.rpc_setup() as env:
         if env.world_size != 4:
             raise ValueError(f"the article's model needs 4 ranks (master + worker1..3), got {env.world_size}")
         if env.rank == 0:  # the article's "master"; workers 1..3 only serve RPCs until shutdown
@@ -204,14 +119,14 @@ def run(cfg: ArticleConfig) -> None:
             input_data = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq))
             model = (ModelParallelNet if cfg.stage == "as-written" else FixedCallsNet)()
             output = model(input_data)
-            rpc_report(output_shape=list(output.shape), output_requires_grad=output.requires_grad,
+            runtime.report(output_shape=list(output.shape), output_requires_grad=output.requires_grad,
                        local_params=sum(p.numel() for p in model.parameters()))
             print(output.shape, flush=True)
             if cfg.stage == "fixed-calls":
                 output.sum().backward()  # what a learner would try next: it runs without an error...
                 rrefs = [model.embed_rref, model.transformer_rref, model.output_rref]
                 # ...but did any remote parameter receive a gradient? Ask each owner.
-                rpc_report(remote_grads={f"worker{i + 1}": rpc.rpc_sync(r.owner(), stage_grads, args=(r,))
+                runtime.report(remote_grads={f"worker{i + 1}": rpc.rpc_sync(r.owner(), stage_grads, args=(r,))
                                          for i, r in enumerate(rrefs)})
 
 

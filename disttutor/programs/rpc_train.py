@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from torch import nn, optim
 from torch.distributed.rpc import RRef
 
+from disttutor import runtime
 from disttutor.data import tokens
 from disttutor.models import article_rpc_stage
-from disttutor.programs.rpc_article import RpcOptions, rpc_report, rpc_session
 
 N_STAGES = 3  # worker1: embedding, worker2: transformer, worker3: classifier
 
@@ -96,7 +96,7 @@ def report_stage(i: int, module_rref: RRef) -> None:
     """Runs on the owner: this worker reports its own stage (not the master on its behalf)."""
     m = module_rref.local_value()
     flat = _flat(m)
-    rpc_report(stage=i, stage_type=type(m).__name__, n_params=int(flat.numel()), params=flat.tolist(),
+    runtime.report(stage=i, stage_type=type(m).__name__, n_params=int(flat.numel()), params=flat.tolist(),
                changed=bool((flat != _INITIAL[i]).any()), max_change=float((flat - _INITIAL[i]).abs().max()),
                # the gradients lived in the dist-autograd context, never in .grad:
                grad_attr_none=all(p.grad is None for p in m.parameters()))
@@ -163,12 +163,12 @@ def reference(cfg: RpcTrainConfig) -> tuple[list[float], list[list[float]]]:
 
 def run(cfg: RpcTrainConfig) -> None:
     names = ["master"] + [f"worker{i + 1}" for i in range(N_STAGES)]
-    with rpc_session(names, RpcOptions(rpc_timeout=cfg.rpc_timeout)) as env:
+    with runtime.rpc_setup(names, rpc_timeout=cfg.rpc_timeout) as env:
         if env.world_size != len(names):
             raise ValueError(f"rpc_train needs {len(names)} ranks (master + {N_STAGES} workers), got {env.world_size}")
         if env.rank == 0:
-            rpc_report(losses=train_master(cfg))
-        # workers do nothing here: they serve the master's RPCs until rpc.shutdown() in rpc_session
+            runtime.report(losses=train_master(cfg))
+        # workers do nothing here: they serve the master's RPCs until rpc.shutdown() in runtime.rpc_setup
 
 
 def main(argv: list[str] | None = None) -> None:
