@@ -46,7 +46,6 @@ def ensure_env() -> None:
     if os.path.exists(stamp) and open(stamp).read() == fp:
         return
     print("installing disttutor and its dependencies (first time only)", flush=True)
-    subprocess.check_call([PY, "-m", "pip", "install", "--upgrade", "pip"], cwd=ROOT)
     subprocess.check_call([PY, "-m", "pip", "install", "-e", ".[dev]"], cwd=ROOT)
     with open(stamp, "w") as f:
         f.write(fp)
