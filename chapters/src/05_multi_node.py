@@ -234,14 +234,32 @@ print(format_table([{"launched by torchrun as RANK": c["launched_rank"], "spawn 
                      "all-reduce of 1s": c["sum"],
                      "partners (launched RANK of each)": None if not c["partners"] else
                          [next(x["launched_rank"] for x in children if x["pid"] == p) for p in c["partners"]],
-                     "error": (c["error"] or "")[:60]}
+                     # drop gloo's source-file prefix ("[/.../pair.cc:152] ") and keep the words
+                     "error": re.sub(r"\[[^\]]*\.(?:cc|h):\d+\]\s*", "", c["error"] or "")[:70]}
                     for c in children]))
 
 # %% [markdown]
-# Which children managed to pair up (and with whom) is a race: it changes from run to run. Sometimes
-# a child of launched process 0 pairs with a child of launched process 1, sometimes two pairs form
-# and **nothing fails at all** — the worst case: two independent "worlds" of 2 each training on
-# their own, averaging gradients over half the processes, with no error. What never changes:
+# Which children pair up, and whether any fail, is a **race**: duplicate ranks write their address
+# under the same store key, and whoever writes last is the one the others connect to. So the table
+# above can differ from run to run — crossing pairs, connect timeouts (the `error` column), or the
+# worst case: every child "succeeds" in a group of 2, and the job splits into separate worlds that
+# each average gradients over half the processes, **with no error at all**. This run's verdict:
+
+# %%
+groups = {tuple(sorted(c["partners"])) for c in children if c["ok"]}
+failed = [c for c in children if not c["ok"]]
+crossing = [g for g in groups if len({x["launched_rank"] for x in children if x["pid"] in g}) > 1]
+print(f"groups that formed: {len(groups)} (of 2 members each), crossing launched processes: {len(crossing)}, "
+      f"children that failed: {len(failed)}")
+if not failed:
+    print("verdict: SILENT SPLIT -- no error anywhere, yet no group holds all the processes")
+elif groups:
+    print("verdict: some children failed to connect; the others went on in a group of 2")
+else:
+    print("verdict: no group formed at all; every child timed out")
+
+# %% [markdown]
+# What never changes, whatever the race:
 
 # %% tags=["nbval-check-output"]
 print(f"processes torchrun started         : {len(launched_pids)}")
