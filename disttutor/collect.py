@@ -62,8 +62,11 @@ def read_reports(run_dir: str) -> dict[int, dict]:
     reports = {}
     for fn in os.listdir(run_dir):
         if re.fullmatch(r"rank\d+\.json", fn):
-            with open(os.path.join(run_dir, fn)) as f:
-                rep = json.load(f)
+            try:
+                with open(os.path.join(run_dir, fn)) as f:
+                    rep = json.load(f)
+            except (OSError, ValueError):  # replaced atomically, but a reader may still race a rename
+                continue
             reports[rep["rank"]] = rep
     return reports
 

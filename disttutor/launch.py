@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any, Mapping, Sequence
 
-from .collect import collect
+from .collect import collect, read_reports
 from .procs import PRCTL, kill_tree, tie_to_parent
 from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
 
@@ -223,6 +223,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     agent_log: list[str] = []
     t0 = time.perf_counter()
     outcome, err, bar = "finished", None, None
+    labels: dict[tuple[int, int], str] = {}
     try:
         for node in range(nnodes):
             cmd = _torchrun_argv(target, argv, nproc, nnodes, node, port, run_id, os.path.join(run_dir, "logs"))
@@ -255,8 +256,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
                 continue
             logs.setdefault((node, local), []).append(text)
             if stream:
-                label = f"rank {node * nproc + local}" if nnodes > 1 else f"rank {local}"
-                print(f"[{label}] {text}", flush=True)
+                print(f"[{_label(labels, node, local, nnodes, run_dir)}] {text}", flush=True)
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.perf_counter()))
     except (TimeoutError, subprocess.TimeoutExpired):
@@ -283,6 +283,27 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     if err is not None and (check or outcome == "interrupted"):
         raise err
     return result
+
+
+def _label(labels: dict, node: int, local: int, nnodes: int, run_dir: str) -> str:
+    """``rank R`` for a line from (agent, local rank).
+
+    With several agents, c10d rendezvous numbers them by (address, pid), not by
+    ``--node-rank``, so the global rank is looked up in the ranks' reports
+    (written at setup); until one appears the line is labelled by agent.
+    """
+    if (node, local) in labels:
+        return labels[(node, local)]
+    if nnodes == 1:
+        labels[(node, local)] = f"rank {local}"
+    else:
+        for rank, rep in read_reports(run_dir).items():
+            if (rep.get("agent"), rep.get("local_rank")) == (node, local):
+                labels[(node, local)] = f"rank {rank}"
+                break
+        else:
+            return f"agent {node} local {local}"
+    return labels[(node, local)]
 
 
 def _progress(bar, payload: str, show: bool):

@@ -176,7 +176,7 @@ def summarize(t: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def _tie_to_parent() -> None:
+def tie_to_parent() -> None:
     """Die with torchrun: if the agent is SIGKILLed, its workers would otherwise
     live on in their own sessions, holding ports and CPU."""
     if procs.die_with_parent(signal.SIGKILL) and os.getppid() == 1:
@@ -195,30 +195,36 @@ def _explain(exc: BaseException, timeout_s: float) -> str:
 
 
 @contextlib.contextmanager
-def setup(backend: str | None = None, timeout_s: float | None = None) -> Iterator[Context]:
+def setup(backend: str | None = None, timeout_s: float | None = None, init_group: bool = True) -> Iterator[Context]:
     """Initialise the default process group for this rank; always tear it down.
 
     ``timeout_s`` (or ``DISTTUTOR_COLLECTIVE_TIMEOUT``) bounds every collective.
     An exception inside the block is recorded in this rank's report (status
     ``"error"``) and re-raised, so torchrun sees a failed rank.
+    ``init_group=False`` reports without joining any group (chapter 5's
+    ``mp.spawn`` parents, whose children make groups of their own).
     """
     global _CTX
     env = DistEnv.from_environ()
-    _tie_to_parent()
+    tie_to_parent()
     timeout_s = float(timeout_s or os.environ.get("DISTTUTOR_COLLECTIVE_TIMEOUT") or DEFAULT_COLLECTIVE_TIMEOUT_S)
-    be, device = pick_backend(backend, env.local_world_size, env.local_rank)
+    if init_group:
+        be, device = pick_backend(backend, env.local_world_size, env.local_rank)
+    else:
+        be, device = "none", torch.device("cpu")
     ctx = Context(env=env, backend=be, device=device, timeout_s=timeout_s)
     _CTX = ctx
     _write_report(ctx, "running")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     try:
-        dist.init_process_group(
-            backend=be,
-            timeout=_dt.timedelta(seconds=timeout_s),
-            # NCCL binds the group to this device up front (no guessing later).
-            device_id=device if device.type == "cuda" else None,
-        )
+        if init_group:
+            dist.init_process_group(
+                backend=be,
+                timeout=_dt.timedelta(seconds=timeout_s),
+                # NCCL binds the group to this device up front (no guessing later).
+                device_id=device if device.type == "cuda" else None,
+            )
         yield ctx
         _write_report(ctx, "ok")
     except BaseException as exc:  # KeyboardInterrupt/SIGTERM too: the report says why we stopped
@@ -257,7 +263,7 @@ def rpc_setup(names: list[str] | None = None, rpc_timeout: float = 20.0,
     if not rpc.is_available():
         raise RuntimeError("this torch build has no torch.distributed.rpc (missing on some Windows/macOS builds)")
     env = DistEnv.from_environ()
-    _tie_to_parent()
+    tie_to_parent()
     names = names or [f"worker{r}" for r in range(env.world_size)]
     ctx = Context(env=env, backend="rpc/tensorpipe", device=torch.device("cpu"), timeout_s=rpc_timeout,
                   results={"warnings": []})

@@ -79,7 +79,7 @@ def article_train(rank: int, world_size: int, timeout: float, out_dir: str, laun
     the article's formula, which ignores that the launcher already started
     ``nproc`` copies of this script.
     """
-    runtime._tie_to_parent()  # die with the launched process if the launcher kills the tree
+    runtime.tie_to_parent()  # die with the launched process if the launcher kills the tree
     # The article's setup(): MASTER_ADDR/PORT from the environment -- which the
     # launcher set for *its* processes, so all children meet at the same store.
     os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "localhost")
@@ -94,29 +94,19 @@ def article_train(rank: int, world_size: int, timeout: float, out_dir: str, laun
 
 def run_article(cfg: LegacyConfig) -> None:
     """One process the old launcher started: spawn ``gpus`` children, like the article's ``main()``."""
-    env = runtime.DistEnv.from_environ()
-    out_dir = os.path.join(os.environ.get("DISTTUTOR_RUN_DIR") or ".", f"spawned{env.rank}")
-    os.makedirs(out_dir, exist_ok=True)
-    # The article's call: mp.spawn(train, args=(world_size,), nprocs=world_size, join=True).
-    mp.spawn(article_train, args=(cfg.gpus, cfg.timeout, out_dir, env.rank), nprocs=cfg.gpus, join=True)
-    children = []
-    for fn in sorted(glob.glob(os.path.join(out_dir, "child_*.json"))):
-        with open(fn) as f:
-            children.append(json.load(f))
-    _report_without_group(env, launched_pid=os.getpid(), children=children)
-
-
-def _report_without_group(env: "runtime.DistEnv", **values) -> None:
-    """Report through the run directory without joining a group.
-
-    This process must not create a process group: the children's clashing
-    groups left stale addresses under the same store keys, so a group made
-    now would try to connect to dead children. (Workaround: the runtime has
-    no public "report without a group" yet.)
-    """
-    ctx = runtime.Context(env=env, backend="none", device=torch.device("cpu"), timeout_s=0.0,
-                          results=dict(values))
-    runtime._write_report(ctx, "ok")
+    # init_group=False: this process must not create a process group. The
+    # children's clashing groups leave stale addresses under the same store
+    # keys, so a group made here would try to connect to dead children.
+    with runtime.setup(init_group=False) as ctx:
+        out_dir = os.path.join(os.environ.get("DISTTUTOR_RUN_DIR") or ".", f"spawned{ctx.rank}")
+        os.makedirs(out_dir, exist_ok=True)
+        # The article's call: mp.spawn(train, args=(world_size,), nprocs=world_size, join=True).
+        mp.spawn(article_train, args=(cfg.gpus, cfg.timeout, out_dir, ctx.rank), nprocs=cfg.gpus, join=True)
+        children = []
+        for fn in sorted(glob.glob(os.path.join(out_dir, "child_*.json"))):
+            with open(fn) as f:
+                children.append(json.load(f))
+        runtime.report(launched_pid=os.getpid(), children=children)
 
 
 def run_fixed(cfg: LegacyConfig) -> None:
