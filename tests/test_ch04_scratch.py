@@ -88,3 +88,17 @@ def test_checkers_name_the_mistake(no_leftovers):
         "work.wait()", "dist.all_reduce(flat)")
     r = check_bucketed_ddp(late)
     assert not r.passed and "during backward" in str(r)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_mismatched_collectives_fail_instead_of_hanging(no_leftovers):
+    # Rank 1 never all-reduces bucket 0: the ranks' collectives no longer pair up. The checker's
+    # collective timeout (and gloo's size check) must turn that into a failed check, not a frozen cell.
+    skew = open(SOL2).read().replace(
+        "dist.all_reduce(flat, async_op=True)))",
+        "dist.all_reduce(flat, async_op=True) if dist.get_rank() == 0 or self.next else None))").replace(
+        "work.wait()", "work and work.wait()")
+    assert skew != open(SOL2).read()
+    r = check_bucketed_ddp(skew)
+    assert not r.passed and r.problems
