@@ -396,8 +396,21 @@ assert bw[("builtin", 1 << 20)] > bw[("builtin", 4 << 10)], "big messages use th
 
 # %% [markdown]
 # What to look for: at a few KB every algorithm is latency-bound (flat times, α); at a MB the
-# per-byte cost dominates. With only 2 ranks the three algorithms send the same bytes, so they are
-# close; the differences grow with `n` — pick 4 ranks and the naive algorithm in the widget.
+# per-byte cost dominates. Why are the three so close on 2 ranks? The cost model of the table in §4,
+# evaluated (bytes the busiest rank sends, in units of the tensor size `N`):
+
+# %% tags=["nbval-check-output"]
+import math
+
+model = {"naive": lambda n: n - 1, "tree": lambda n: math.ceil(math.log2(n)), "ring": lambda n: 2 * (n - 1) / n}
+print(format_table([{"ranks": n, **{a: float(f(n)) for a, f in model.items()}} for n in (2, 4, 8, 16)]))
+assert model["naive"](2) == model["tree"](2) == model["ring"](2) == 1  # 2 ranks: all send one tensor
+assert model["ring"](16) < 2 < model["tree"](16) < model["naive"](16)
+
+# %% [markdown]
+# With 2 ranks every algorithm sends one tensor, so only latency separates them; with more ranks the
+# naive root and the tree root carry more and more, while the ring stays below `2N`. Measure it:
+# pick 4 ranks, naive and ring, and sizes up to a few MB in the widget below.
 #
 # **The widget** measures what you pick (algorithms, ranks, size range) with a progress bar while it
 # runs; it only wraps `measure_and_plot`, which is plain Python (`measure_and_plot(["ring"], [4], 4,
