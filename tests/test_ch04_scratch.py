@@ -55,13 +55,14 @@ def test_plan_buckets_reverse_order_and_cap():
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("wrapper,nproc,batch", [("torch", 2, 32), ("naive", 3, 30), ("bucketed", 4, 32)])
 def test_wrappers_match_single_process_reference(wrapper, nproc, batch, no_leftovers):
-    res = disttutor.launch("ddp_scratch", nproc, {"wrapper": wrapper, "reference": True, "trace": True,
+    res = disttutor.launch("ddp_scratch", nproc, {"wrappers": [wrapper], "reference": True, "trace": True,
                                                   "steps": 3, "batch": batch},
                            stream=False, timeout=150, collective_timeout=30)
-    for r in res.results:
+    runs = [r["runs"][wrapper] for r in res.results]
+    for r in runs:
         assert len(r["max_rel_err"]) == 3 and max(r["max_rel_err"]) < RTOL, (r["max_rel_err"], r["worst_param"])
     if wrapper in ("torch", "bucketed"):  # overlap: a bucket is launched before the first layer's grads exist
-        trace = res.results[0]["trace"]
+        trace = runs[0]["trace"]
         first_launch = next(i for i, e in enumerate(trace) if e[0] == "launch")
         assert ["grad", "0.weight"] in trace[first_launch:]
 

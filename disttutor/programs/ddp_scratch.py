@@ -1,9 +1,9 @@
 """Data-parallel training with a wrapper chosen by flag: torch's DDP or one built from scratch (chapter 4).
 
-The same loop (:mod:`disttutor.train`) runs under ``--wrapper torch``
-(``DistributedDataParallel``), ``naive`` (all-reduce every gradient after
-backward) or ``bucketed`` (async bucket all-reduces launched from gradient
-hooks during backward). Modes:
+The same loop (:mod:`disttutor.train`) runs under each wrapper of ``--wrappers``
+in turn: ``torch`` (``DistributedDataParallel``), ``naive`` (all-reduce every
+gradient after backward), ``bucketed`` (async bucket all-reduces launched from
+gradient hooks during backward). Each rank reports ``runs[wrapper]``. Modes:
 
 * ``--reference``: step a single-process model on the full global batch in
   lockstep and report, after every step, how far each rank's parameters are from it;
@@ -11,7 +11,7 @@ hooks during backward). Modes:
   each bucket's all-reduce was launched (overlap made visible);
 * ``--time``: interleave timed rounds of several wrappers on identical models.
 
-    disttutor run ddp_scratch -n 2 -- --wrapper bucketed --reference --trace
+    disttutor run ddp_scratch -n 2 -- --wrappers torch bucketed --reference --trace
     disttutor run ddp_scratch -n 4 -- --time --wrappers torch naive bucketed
 """
 from __future__ import annotations
@@ -36,17 +36,18 @@ WRAPPERS = ("torch", "naive", "bucketed")
 @dataclass(frozen=True)
 class ScratchConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
-    wrapper: str = "bucketed"
     bucket_cap: int = 600            # elements per bucket (torch: converted to bucket_cap_mb)
     reference: bool = False
     trace: bool = False
     time: bool = False
-    wrappers: tuple[str, ...] = WRAPPERS  # timed in --time mode
+    wrappers: tuple[str, ...] = WRAPPERS  # run (or timed, with --time) one after the other
     rounds: int = 3                  # timed rounds per wrapper, interleaved to share the machine's noise
     warmup: int = 2
 
     def __post_init__(self):
-        bad = [w for w in (self.wrapper, *self.wrappers) if w not in WRAPPERS]
+        if not self.wrappers:
+            raise ValueError(f"wrappers: name at least one of {WRAPPERS}")
+        bad = [w for w in self.wrappers if w not in WRAPPERS]
         if bad:
             raise ValueError(f"unknown wrapper(s) {bad}: choose from {WRAPPERS}")
         if self.bucket_cap < 1:
@@ -81,7 +82,7 @@ def _trace_torch(ddp: DDP, trace: list) -> None:
     ddp.register_comm_hook(None, hook)
 
 
-def train(cfg: ScratchConfig, ctx: runtime.Context) -> None:
+def train(cfg: ScratchConfig, ctx: runtime.Context, kind: str) -> dict:
     tc = cfg.train
     model = build_model(tc).to(ctx.device)
     if ctx.rank != 0:  # different weights on purpose: the wrapper must broadcast rank 0's
@@ -89,7 +90,7 @@ def train(cfg: ScratchConfig, ctx: runtime.Context) -> None:
             for p in model.parameters():
                 p.add_(0.1 * ctx.rank)
     trace: list | None = [] if cfg.trace else None
-    wrapped, before_step = wrap(model, cfg.wrapper, ctx, cfg.bucket_cap, trace)
+    wrapped, before_step = wrap(model, kind, ctx, cfg.bucket_cap, trace)
     opt = make_optimizer(tc, wrapped.parameters())
     ref = Reference(tc, ctx.device) if cfg.reference else None
     x, y = (t.to(ctx.device) for t in build_data(tc))
@@ -107,14 +108,14 @@ def train(cfg: ScratchConfig, ctx: runtime.Context) -> None:
             name, err = max(per_param, key=lambda t: t[1])
             errors.append(err)
             worst.append(name)
-        runtime.progress(step + 1, tc.steps, desc=f"{cfg.wrapper} on {ctx.world_size} ranks", loss=loss)
-    out = {"wrapper": cfg.wrapper, "steps": tc.steps, "max_rel_err": errors, "worst_param": worst}
+        runtime.progress(step + 1, tc.steps, desc=f"{kind} on {ctx.world_size} ranks", loss=loss)
+    out = {"steps": tc.steps, "max_rel_err": errors, "worst_param": worst}
     if isinstance(wrapped, BucketedDDP):
         out["buckets"] = [[n for n, p in model.named_parameters() if any(p is q for q in b)]
                           for b in wrapped.buckets]
     if trace is not None:
         out["trace"] = traces[-1]  # the last step: torch DDP rebuilds its buckets after step 1
-    runtime.report(**out)
+    return out
 
 
 def time_wrappers(cfg: ScratchConfig, ctx: runtime.Context) -> None:
@@ -146,12 +147,14 @@ def time_wrappers(cfg: ScratchConfig, ctx: runtime.Context) -> None:
 def run(cfg: ScratchConfig) -> None:
     with runtime.setup() as ctx:
         cfg.train.check_world(ctx.world_size)
-        (time_wrappers if cfg.time else train)(cfg, ctx)
+        if cfg.time:
+            time_wrappers(cfg, ctx)
+        else:
+            runtime.report(runs={kind: train(cfg, ctx, kind) for kind in cfg.wrappers})
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="ddp_scratch", description=__doc__.splitlines()[0])
-    p.add_argument("--wrapper", choices=WRAPPERS, default="bucketed")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch", type=int, default=32, help="global batch (a multiple of the world size)")
     p.add_argument("--samples", type=int, default=256, help="dataset size")
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     a = p.parse_args(argv)
     tc = TrainConfig(n=a.samples, d_in=a.d_in, hidden=tuple(a.hidden), d_out=a.d_out, batch=a.batch, steps=a.steps)
-    run(ScratchConfig(train=tc, wrapper=a.wrapper, bucket_cap=a.bucket_cap, reference=a.reference,
+    run(ScratchConfig(train=tc, bucket_cap=a.bucket_cap, reference=a.reference,
                       trace=a.trace, time=a.time, wrappers=tuple(a.wrappers), rounds=a.rounds, warmup=a.warmup))
 
 
