@@ -111,8 +111,8 @@ def train(cfg: ScratchConfig, ctx: runtime.Context, kind: str) -> dict:
         runtime.progress(step + 1, tc.steps, desc=f"{kind} on {ctx.world_size} ranks", loss=loss)
     out = {"steps": tc.steps, "max_rel_err": errors, "worst_param": worst}
     if isinstance(wrapped, BucketedDDP):
-        out["buckets"] = [[n for n, p in model.named_parameters() if any(p is q for q in b)]
-                          for b in wrapped.buckets]
+        names = {id(p): n for n, p in model.named_parameters()}
+        out["buckets"] = [[names[id(p)] for p in b] for b in wrapped.buckets]  # in the order they fill
     if trace is not None:
         out["trace"] = traces[-1]  # the last step: torch DDP rebuilds its buckets after step 1
     return out
