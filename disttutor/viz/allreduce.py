@@ -114,6 +114,11 @@ def _human(nbytes: float) -> str:
     return f"{nbytes:.3g} GB"
 
 
+def _bw_text(m: AlphaBeta) -> str:
+    # β = 0 means the times did not grow with size: noise hid the per-byte cost (measure larger sizes)
+    return f"1/β={m.bandwidth / 1e9:.2g} GB/s" if m.beta > 0 else "β≈0 (size effect lost in noise)"
+
+
 def fits(data: Sequence[dict[str, Any]]) -> dict[tuple[str, int], AlphaBeta]:
     """An α–β fit for every (algorithm, world size) with at least two sizes."""
     out = {}
@@ -127,10 +132,11 @@ def fits(data: Sequence[dict[str, Any]]) -> dict[tuple[str, int], AlphaBeta]:
 def plot_sweep(data: Sequence[dict[str, Any]], fit: bool = True, title: str | None = None):
     """Latency (log-log, with the α–β fit as a line) and bus bandwidth against message size."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     if not data:
         raise ValueError("plot_sweep: no measurements to plot")
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 5.5))
     models = fits(data) if fit else {}
     for key in sorted({(r["algo"], r["nproc"]) for r in data}):
         algo, n = key
@@ -144,18 +150,20 @@ def plot_sweep(data: Sequence[dict[str, Any]], fit: bool = True, title: str | No
             m = models[key]
             xs = np.geomspace(x.min(), x.max(), 50)
             ax_t.plot(xs, m.predict(xs) * 1e3, color=COLORS.get(algo), linestyle="-" if n == 2 else "--",
-                      alpha=0.6, label=f"  fit: α={m.alpha * 1e6:.0f} µs, 1/β={m.bandwidth / 1e9:.2g} GB/s")
+                      alpha=0.6, label=f"  fit: α={m.alpha * 1e6:.0f} µs, {_bw_text(m)}")
     for ax in (ax_t, ax_b):
         ax.set_xscale("log")
         ax.set_xlabel("message size per rank (bytes)")
         ax.grid(True, which="both", alpha=0.3)
     ax_t.set_yscale("log")
+    ax_t.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.5, 1, 2 instead of 2×10⁰
+    ax_t.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
     ax_t.set_ylabel("time per all-reduce (ms)")
     ax_t.set_title("latency: points measured, lines t = α + β·N")
     ax_b.set_ylabel("bus bandwidth (GB/s)")
     ax_b.set_title("bus bandwidth = N/t · 2(n−1)/n")
-    ax_t.legend(fontsize=7)
-    ax_b.legend(fontsize=7)
+    for ax in (ax_t, ax_b):  # below the axes: the points stay visible
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
