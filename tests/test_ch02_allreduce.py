@@ -117,18 +117,20 @@ def test_plots_from_plain_data():
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_reference_algorithms_equal_dist_all_reduce_on_2_3_4_ranks(no_leftovers):
+def test_reference_algorithms_equal_dist_all_reduce(no_leftovers):
+    # 4 ranks here (a full tree; uneven ring chunks come from the (10,), (17,), (1,) cases); the
+    # chapter's nbval run checks 3 and 4, and the ring's code is also run on 2, 3, 4 via the solution.
     res = check_all_reduce(scratch.__file__, ["naive_all_reduce", "tree_all_reduce", "ring_all_reduce"],
-                           world_sizes=(2, 3, 4), timeout=120)
+                           world_sizes=(4,), timeout=120)
     assert res.passed, str(res)
-    assert len(res.details) == 2 + 3 + 4
+    assert len(res.details) == 4
     assert all(d["cases"] == 3 * (len(CASES) + 1) for d in res.details)  # every case, every algorithm, every rank
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_solution_passes_the_checker(no_leftovers):
-    res = check_ring_allreduce(SOLUTION, world_sizes=(3,), timeout=100)
+    res = check_ring_allreduce(SOLUTION, timeout=100)  # the learner's default: 2, 3 and 4 ranks
     assert res.passed, str(res)
     assert str(res) == "Exercise 2.1: passed ✓"
 
