@@ -65,6 +65,9 @@ def test_exercise_source_round_trip(tmp_path):
         adapter.load_exercise(path, "triple")
     with pytest.raises(TypeError, match="expected a function"):
         adapter.to_source(42)
+    # A learner file that starts with a __future__ import still loads (it must stay first).
+    src = "from __future__ import annotations\n\ndef f(x: int) -> int:\n    return x + 1\n"
+    assert adapter.load_exercise(adapter.write_exercise(src, str(tmp_path)), "f")(1) == 2
 
 
 def test_result_table_and_summary_are_deterministic():

@@ -45,8 +45,12 @@ def write_exercise(obj: Callable | str, directory: str | None = None) -> str:
     """Write learner code to ``directory/exercise.py`` and return the path."""
     directory = directory or tempfile.mkdtemp(prefix="disttutor-ex-")
     path = os.path.join(directory, "exercise.py")
+    src = to_source(obj)
+    # `from __future__` must stay the first statement of the file: keep it above the header.
+    future = [ln for ln in src.splitlines() if ln.startswith("from __future__ import")]
+    body = "\n".join(ln for ln in src.splitlines() if not ln.startswith("from __future__ import"))
     with open(path, "w") as f:
-        f.write(HEADER + to_source(obj))
+        f.write("".join(ln + "\n" for ln in future) + HEADER + body + "\n")
     return path
 
 
