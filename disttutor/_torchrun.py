@@ -1,4 +1,4 @@
-"""torchrun, with its TCP stores listening on loopback only (chapter 0).
+"""torchrun, with its TCP stores listening on loopback only, and no option abbreviations (chapter 0).
 
 torch's ``TCPStore`` server listens on every interface, so a one-machine
 ``torchrun --rdzv-endpoint=127.0.0.1:PORT`` still opens ports to the network.
@@ -9,10 +9,11 @@ wrapper hands them one bound to 127.0.0.1, then runs torchrun unchanged.
 from __future__ import annotations
 
 import socket
-import sys
 
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+from torch.distributed.run import get_args_parser, run
 
 _TCPStore = dist.TCPStore
 
@@ -35,12 +36,16 @@ class LoopbackTCPStore(_TCPStore):
         super().__init__(host_name, port, world_size, is_master, *args, **kwargs)
 
 
+@record
 def main() -> None:
     dist.TCPStore = LoopbackTCPStore
     c10d_rendezvous_backend.TCPStore = LoopbackTCPStore
-    from torch.distributed.run import main as torchrun_main
-
-    sys.exit(torchrun_main())
+    parser = get_args_parser()
+    # Without this, a program flag such as `--n 5` is read as an ambiguous
+    # abbreviation of torchrun's own --nnodes/--nproc-per-node and the job dies
+    # before the program starts. Program arguments are the program's business.
+    parser.allow_abbrev = False
+    run(parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -80,6 +80,10 @@ class RunResult:
             out.append(f"  rank {r.rank}: {r.status}" + (f" -- {r.error}" if r.error else ""))
             if r.status != "ok":
                 out += [f"      | {ln}" for ln in r.last_lines(lines)]
+        if not self.ok and not any(r.status == "error" for r in self.ranks):
+            # No rank said what went wrong: torchrun itself may have (e.g. a bad argument).
+            said = [ln for ln in self.agent_log if "error" in ln.lower()][-lines:]
+            out += ["  torchrun said:"] + [f"      | {ln}" for ln in said]
         return "\n".join(out)
 
     def raise_for_status(self) -> "RunResult":

@@ -26,8 +26,32 @@ from typing import Any, Callable
 HEADER = "import math\nimport torch\nimport torch.distributed as dist\n\n"
 
 
+def class_source(cls: type) -> str:
+    """Source of a class, also one defined in a notebook cell.
+
+    ``inspect.getsource`` cannot find classes defined in ``__main__`` before
+    Python 3.13 (it looks for the module's file); a class's *methods* do know
+    their file -- for a notebook, the cell -- so fall back to that cell's text.
+    """
+    import linecache
+
+    try:
+        return textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        pass
+    for f in vars(cls).values():
+        code = getattr(f, "__code__", None)
+        if code is not None:
+            text = "".join(linecache.getlines(code.co_filename))
+            if f"class {cls.__name__}" in text:
+                return text
+    raise TypeError(f"cannot find the source of class {cls.__name__}; define it with `class` in a cell")
+
+
 def to_source(obj: Callable | str) -> str:
-    """Source text of a function (also one defined in a notebook cell), a file path, or source."""
+    """Source text of a function or class (also one defined in a notebook cell), a file path, or source."""
+    if isinstance(obj, type):
+        return class_source(obj)
     if callable(obj):
         try:
             return textwrap.dedent(inspect.getsource(obj))
@@ -93,7 +117,8 @@ class CheckResult:
 
 
 def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc: int = 2,
-              args: dict[str, Any] | None = None, timeout: float = 60.0, **launch_kw: Any) -> CheckResult:
+              args: dict[str, Any] | None = None, timeout: float = 60.0, hint: str | None = None,
+              **launch_kw: Any) -> CheckResult:
     """Launch ``checker`` (a program module) on ``nproc`` ranks against the learner's code.
 
     A stub (``raise NotImplementedError("Exercise ...")``), a crash, a hang or a
@@ -117,8 +142,9 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc
         else:
             problems.append(f"rank {r.rank}: {r.status} -- {r.error}")
     if res.outcome == "timeout":
-        problems.insert(0, f"the check did not finish within {timeout:g}s: a rank is probably waiting for a "
-                           "message that is never sent (check that every send has a matching recv)")
+        problems.insert(0, f"the check did not finish within {timeout:g}s: " + (hint or (
+            "a rank is probably waiting for a message that is never sent "
+            "(check that every send has a matching recv)")))
     # Show each distinct problem once (a stub fails identically on every rank).
     seen: dict[str, None] = {}
     for p in problems:

@@ -39,34 +39,9 @@ def check_naive_ddp(fn: Callable | str, nproc: int = 2, steps: int = 3) -> Check
                      collective_timeout=COLLECTIVE_TIMEOUT_S)
 
 
-def class_source(cls: type) -> str:
-    """Source of a class, also one defined in a notebook cell.
-
-    ``inspect.getsource`` cannot find classes defined in ``__main__`` before
-    Python 3.13 (it looks for the module's file); a class's *methods* do know
-    their file -- for a notebook, the cell -- so fall back to that cell's text.
-    """
-    import inspect
-    import linecache
-
-    try:
-        return inspect.getsource(cls)
-    except (OSError, TypeError):
-        pass
-    for f in vars(cls).values():
-        code = getattr(f, "__code__", None)
-        if code is not None:
-            text = "".join(linecache.getlines(code.co_filename))
-            if f"class {cls.__name__}" in text:
-                return text
-    raise TypeError(f"cannot find the source of class {cls.__name__}; define it with `class` in a cell")
-
-
 def check_bucketed_ddp(cls: Callable | str, nproc: int = 2, steps: int = 3) -> CheckResult:
     """Exercise 4.2: ``cls(model, bucket_cap)``: hooks all-reduce buckets during backward; ``.finish()`` waits."""
     name = function_name(cls, "OverlappedDDP")
-    if isinstance(cls, type):
-        cls = class_source(cls)
     return run_check("4.2", "disttutor.checks.ddp", cls, name, nproc,
                      args={"exercise": "bucketed", "steps": steps, "bucket_cap": BUCKET_CAP}, timeout=90,
                      collective_timeout=COLLECTIVE_TIMEOUT_S)
