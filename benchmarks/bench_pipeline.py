@@ -8,7 +8,7 @@ step and measures the bubble on them exactly as the simulator measures it on
 its drawing (``disttutor.schedules.bubble_stats``). One table, with the gap.
 
     .venv/bin/python benchmarks/bench_pipeline.py            # 4 ranks, m = 4, 8, 16
-    .venv/bin/python benchmarks/bench_pipeline.py --nproc 2 --width 256
+    .venv/bin/python benchmarks/bench_pipeline.py --nproc 2                # one core per rank
 
 Read it knowing the machine: ranks are processes that share the CPU cores
 (printed below). With fewer cores than ranks, ranks time-share: compute slots
@@ -45,8 +45,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--micro", type=int, nargs="+", default=[4, 8, 16], help="micro-batch counts m")
-    ap.add_argument("--mb-size", type=int, default=64, help="rows per micro-batch")
-    ap.add_argument("--width", type=int, default=512)
+    # 128 x 1024 keeps one slot at ~20-60 ms on a CPU core: large against gloo's ~1 ms per
+    # send/recv and Python overhead, so the gap measures the schedule (64 x 512: gap ~+0.33).
+    ap.add_argument("--mb-size", type=int, default=128, help="rows per micro-batch")
+    ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=4, help="Linear layers per stage")
     ap.add_argument("--steps", type=int, default=2, help="the last step is measured (the first infers shapes)")
     a = ap.parse_args(argv)
