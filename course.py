@@ -60,6 +60,8 @@ def _env() -> dict[str, str]:
 
 def lab(extra: list[str]) -> int:
     ensure_env()
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
+        extra = [*extra, "--allow-root"]  # containers and classroom VMs often run as root; Jupyter refuses otherwise
     return subprocess.call([PY, "-m", "jupyter", "lab", os.path.join(ROOT, "chapters"), *extra], env=_env())
 
 
