@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import disttutor
-from disttutor.data import regression
-from disttutor.programs.model_parallel import MPConfig, compute_overlap_s, full_model, stage_of
+from disttutor.programs.model_parallel import MPConfig, compute_overlap_s, full_model, reference, stage_of
 
 NPROC = 3
 CFG = MPConfig(steps=4, warmup=1, batch=32, width=16, d_out=4, layers_per_stage=1, lr=0.05, report_params=True)
@@ -25,24 +23,10 @@ def run():
                             collective_timeout=30)
 
 
-def reference():
-    model = full_model(CFG, NPROC)
-    opt = torch.optim.SGD(model.parameters(), lr=CFG.lr)
-    x, y = regression(n=CFG.batch, d_in=CFG.width, d_out=CFG.d_out, seed=CFG.seed).tensors
-    losses = []
-    for _ in range(CFG.steps):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return model, losses
-
-
 @pytest.mark.timeout(180)
 def test_split_training_matches_single_process(run, no_leftovers):
     assert run.ok, run.summary()
-    model, losses = reference()
+    model, losses = reference(CFG, NPROC)
     for r in range(NPROC):
         want = torch.cat([p.detach().reshape(-1) for p in stage_of(model, r, NPROC, CFG.layers_per_stage).parameters()])
         got = torch.tensor(run.results[r]["params"])
@@ -80,3 +64,16 @@ def test_config_is_validated():
         MPConfig(steps=2, warmup=2)
     with pytest.raises(ValueError, match="width"):
         MPConfig(width=0)
+
+
+def test_reference_is_deterministic_single_process_training():
+    # No launch: the reference the notebook and the test above compare against.
+    cfg = MPConfig(steps=3, warmup=1, batch=8, width=8, d_out=2, layers_per_stage=2, lr=0.05)
+    model, losses = reference(cfg, 2)
+    assert len(losses) == cfg.steps and losses[-1] < losses[0]
+    again, losses2 = reference(cfg, 2)
+    assert losses2 == losses  # same seed, same data, same ops: bit-identical
+    flat = lambda m: torch.cat([p.detach().reshape(-1) for p in m.parameters()])  # noqa: E731
+    assert torch.equal(flat(model), flat(again))
+    assert not torch.equal(flat(model), flat(full_model(cfg, 2)))  # it did train
+    assert sum(isinstance(m, torch.nn.Linear) for m in model) == 2 * cfg.layers_per_stage

@@ -29,6 +29,7 @@ from disttutor.data import regression
 from disttutor.models import MLP, seeded
 from disttutor.results import format_table
 from disttutor.viz.memory import calculator, calculator_view
+from disttutor.viz.parallelism import ownership_picture
 
 torch.manual_seed(0)
 print("torch", torch.__version__)
@@ -258,6 +259,7 @@ calculator()
 # `disttutor/programs/parallelism.py` runs one small MLP (4 `Linear` layers, 32 samples) each way on
 # real ranks. Each mode alone is `launch("parallelism", nproc=4, args={"mode": "pipeline"})`; here we
 # run all four in one job (each rank runs them one after the other) to pay the start-up cost once.
+# The ownership pictures below are drawn by `ownership_picture` in `disttutor/viz/parallelism.py`.
 
 # %%
 res = disttutor.launch("parallelism", nproc=4, args={"mode": "all"}, stream=False, timeout=120)
@@ -270,19 +272,6 @@ def view(mode, *keys):
     """A rank-sorted table of what each rank reported for one mode."""
     return format_table([{"rank": r, **{k: res.results[r][mode][k] for k in keys}} for r in range(W)])
 
-
-def picture(mode, held, n_items, what, title):
-    """Ranks x items: a coloured cell where a rank holds/processes that item."""
-    fig, ax = plt.subplots(figsize=(9, 1.6))
-    grid = torch.full((W, n_items), float("nan"))
-    for r in range(W):
-        grid[r, held[r]] = r
-    ax.imshow(grid, cmap="tab10", vmin=0, vmax=9, aspect="auto")
-    ax.set_yticks(range(W), [f"rank {r}" for r in range(W)])
-    ax.set_xlabel(what)
-    ax.set_title(f"{mode}: {title}", fontsize=10)
-    fig.tight_layout()
-    plt.show()
 
 # %% [markdown]
 # ### 3.1 Data parallelism: split the samples
@@ -306,7 +295,9 @@ for r in range(W):
 print("every rank's averaged gradient == the single-process full-batch gradient:", True)
 
 # %%
-picture("data parallel", samples, 32, "sample index", "each rank processes 1/N of the samples (and holds all layers)")
+ownership_picture("data parallel", samples, 32, "sample index",
+                  "each rank processes 1/N of the samples (and holds all layers)")
+plt.show()
 
 # %% [markdown]
 # ### 3.2 Tensor (intra-layer) parallelism: split every layer
@@ -329,7 +320,9 @@ for r in range(W):
 print("every rank holds the full output == single-process output:", True)
 
 # %%
-picture("tensor parallel", units, 32, "hidden unit", "each rank holds 1/N of every layer (and sees all samples)")
+ownership_picture("tensor parallel", units, 32, "hidden unit",
+                  "each rank holds 1/N of every layer (and sees all samples)")
+plt.show()
 
 # %% [markdown]
 # ### 3.3 Layer-wise model parallelism: split the layers
@@ -353,8 +346,9 @@ assert n_ticks == W and busy == 1 / W
 print(f"{n_ticks} ticks, each rank busy in 1 of them: utilisation {busy:.0%}")
 
 # %%
-picture("layer model parallel", layers, 7, "module of the Sequential (even = Linear, odd = ReLU)",
-        "each rank holds whole layers (and sees all samples)")
+ownership_picture("layer model parallel", layers, 7, "module of the Sequential (even = Linear, odd = ReLU)",
+                  "each rank holds whole layers (and sees all samples)")
+plt.show()
 
 # %% [markdown]
 # The model is split — each rank holds about a quarter of it — but only one rank works at a time:

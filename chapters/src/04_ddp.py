@@ -39,6 +39,7 @@ import torch
 
 import disttutor
 from disttutor.checks.ddp import check_bucketed_ddp, check_naive_ddp
+from disttutor.viz.ddp import plot_step_times, plot_trace
 
 print(f"torch {torch.__version__}, {os.cpu_count()} CPU cores, GPUs: {torch.cuda.device_count()}")
 WORK = tempfile.mkdtemp(prefix="ch04-")  # checkpoints of this chapter go here
@@ -228,7 +229,8 @@ assert ok
 #   backward ends, most of the communication is done.
 #
 # We can watch it. With a tiny `bucket_cap_mb` the run above gave torch's DDP more than one bucket, and
-# recorded (through a communication hook and per-parameter hooks) the order of events in the last step:
+# recorded (through a communication hook and per-parameter hooks) the order of events in the last step
+# (the plotting code of this chapter is `disttutor/viz/ddp.py`):
 
 # %% tags=["nbval-check-output"]
 trace_torch = ref_torch[0]["trace"]
@@ -242,25 +244,7 @@ grads_after = [what for kind, what in trace_torch[first_launch:] if kind == "gra
 print(f"gradients still to be computed when the first all-reduce started: {grads_after}")
 assert "0.weight" in grads_after  # communication began before backward reached the first layer
 
-
 # %%
-def plot_trace(traces: dict[str, list], ax=None):
-    """One row per wrapper: gradient-ready events (dots) and bucket launches (bars), in event order."""
-    ax = ax or plt.subplots(figsize=(9, 1.2 + 0.7 * len(traces)))[1]
-    for row, (label, trace) in enumerate(traces.items()):
-        for i, (kind, what) in enumerate(trace):
-            if kind == "grad":
-                ax.plot(i, row, "o", color="tab:blue")
-                ax.annotate(what, (i, row), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
-            elif kind == "launch":
-                ax.barh(row, 0.8, left=i - 0.4, height=0.5, color="tab:orange", alpha=0.7)
-                ax.annotate(f"b{what}", (i, row), ha="center", va="center", fontsize=8)
-    ax.set_yticks(range(len(traces)), list(traces))
-    ax.set_ylim(-0.6, len(traces) - 0.3)
-    ax.set_xlabel("order of events during one backward (blue: gradient ready, orange: bucket all-reduce starts)")
-    return ax
-
-
 plot_trace({"torch DDP": trace_torch})
 plt.show()
 
@@ -430,31 +414,7 @@ for n in (1, 2, 4):
     print(f"{n} rank(s): " + ", ".join(f"{k} {v:.1f} ms" for k, v in timings[n].items())
           + f"  -> {PER_RANK * n / timings[n]['torch'] * 1e3:.0f} samples/s with torch DDP")
 
-
 # %%
-def plot_step_times(timings: dict[int, dict[str, float]], per_rank: int):
-    """Left: step time per wrapper and world size. Right: samples/s (weak scaling) vs the ideal."""
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
-    ranks = sorted(timings)
-    wrappers = list(timings[ranks[0]])
-    w = 0.8 / len(wrappers)
-    for j, kind in enumerate(wrappers):
-        a1.bar([i + j * w for i in range(len(ranks))], [timings[n][kind] for n in ranks], w, label=kind)
-        a2.plot(ranks, [per_rank * n / timings[n][kind] * 1e3 for n in ranks], "o-", label=kind)
-    base = per_rank / timings[ranks[0]]["torch"] * 1e3
-    a2.plot(ranks, [base * n for n in ranks], "k--", label="ideal (linear)")
-    a1.set_xticks([i + w for i in range(len(ranks))], [f"{n} rank(s)" for n in ranks])
-    a2.set_xticks(ranks)
-    a1.set_ylabel("ms per step")
-    a2.set_xlabel("ranks")
-    a2.set_ylabel("samples / s")
-    a1.legend()
-    a2.legend()
-    fig.suptitle(f"CPU/gloo on {os.cpu_count()} cores — measured in this run; does not transfer to GPUs/NCCL")
-    fig.tight_layout()
-    return fig
-
-
 plot_step_times(timings, PER_RANK)
 plt.show()
 for n in (2, 4):

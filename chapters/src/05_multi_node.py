@@ -39,6 +39,7 @@ import yaml
 import disttutor
 from disttutor import cluster
 from disttutor.results import format_table
+from disttutor.viz.cluster import draw_layout
 
 print("torch", torch.__version__, "| CPU cores:", os.cpu_count(), "| GPUs:", torch.cuda.device_count())
 
@@ -97,32 +98,11 @@ print(f"RANK == GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK holds on all {world} 
 # %% [markdown]
 # ### What the picture looks like
 # Drawn from the reports above: two nodes (agents), two processes each, and the global rank each
-# process got.
+# process got. (The drawing code is `draw_layout` in `disttutor/viz/cluster.py`.)
 
 # %%
-def draw_layout(envs):
-    """Boxes for nodes (GROUP_RANK) holding boxes for processes (RANK / LOCAL_RANK)."""
-    nodes = sorted({int(e["GROUP_RANK"]) for e in envs})
-    lws = int(envs[0]["LOCAL_WORLD_SIZE"])
-    fig, ax = plt.subplots(figsize=(7.5, 2.8))
-    for g in nodes:
-        x0 = g * (lws * 1.6 + 0.8)
-        ax.add_patch(plt.Rectangle((x0, 0), lws * 1.6 + 0.2, 2.2, fill=True, fc="#eef3fb", ec="#4a6fa5", lw=1.5))
-        ax.text(x0 + 0.1, 2.1, f"node GROUP_RANK={g}\n(one torchrun agent)", fontsize=9, va="top")
-        for e in (e for e in envs if int(e["GROUP_RANK"]) == g):
-            lr = int(e["LOCAL_RANK"])
-            ax.add_patch(plt.Rectangle((x0 + 0.2 + lr * 1.6, 0.25), 1.4, 1.2, fc="#fff", ec="#333"))
-            ax.text(x0 + 0.9 + lr * 1.6, 0.85, f"RANK {e['RANK']}\nLOCAL_RANK {lr}\n(device {lr})",
-                    ha="center", va="center", fontsize=9)
-    ax.annotate("", xy=(lws * 1.6 + 0.95, 1.0), xytext=(lws * 1.6 + 0.05, 1.0),
-                arrowprops=dict(arrowstyle="<->", color="#c0392b", lw=2))
-    ax.text(lws * 1.6 + 0.5, 1.15, "all-reduce\nacross nodes", ha="center", fontsize=8, color="#c0392b")
-    ax.set_xlim(-0.1, len(nodes) * (lws * 1.6 + 0.8)); ax.set_ylim(-0.1, 2.3); ax.axis("off")
-    plt.close(fig)  # shown once, by the cell's return value
-    ax.set_title(f"WORLD_SIZE={len(envs)}: {len(nodes)} nodes x LOCAL_WORLD_SIZE={lws}", fontsize=10)
-    return fig
-
 draw_layout(envs)
+plt.show()
 
 # %% [markdown]
 # ### Who decides which node is node 0?

@@ -30,14 +30,12 @@ import warnings
 
 import matplotlib.pyplot as plt
 import torch
-import torch.nn.functional as F
-from matplotlib.patches import Patch
 
 import disttutor
-from disttutor.data import regression
 from disttutor.programs import model_parallel as mp_prog
 from disttutor.programs import rpc_article, rpc_train
 from disttutor.results import format_table
+from disttutor.viz.model_parallel import plot_timeline
 
 print("torch", torch.__version__)
 
@@ -74,24 +72,11 @@ mp_run = disttutor.launch("model_parallel", nproc=4, args=mp_args, timeout=120, 
 
 # %% [markdown]
 # Is the split model really the same model? The kernel trains the **unsplit** MLP in one process
-# on the same batch, and each rank's slice is compared with the same slice of it:
+# on the same batch (`reference` in `disttutor/programs/model_parallel.py`, which the tests use too),
+# and each rank's slice is compared with the same slice of it:
 
 # %% tags=["nbval-check-output"]
-def mp_reference(cfg: mp_prog.MPConfig, world: int):
-    model = mp_prog.full_model(cfg, world)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    x, y = regression(n=cfg.batch, d_in=cfg.width, d_out=cfg.d_out, seed=cfg.seed).tensors
-    losses = []
-    for _ in range(cfg.steps):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return model, losses
-
-
-ref_model, ref_losses = mp_reference(MP, 4)
+ref_model, ref_losses = mp_prog.reference(MP, 4)
 rows = []
 for r, res in enumerate(mp_run.results):
     flat = torch.cat([p.detach().reshape(-1).double()
@@ -111,29 +96,12 @@ print("loss goes down:", ref_losses[-1] < ref_losses[0])
 # ### Who is busy when?
 #
 # Each rank reported its spans (forward, backward, optimizer, send, recv) against the system's
-# monotonic clock, so they can share one time axis. A plain function draws them:
+# monotonic clock, so they can share one time axis. A plain function draws them
+# (`plot_timeline` in `disttutor/viz/model_parallel.py`):
 
 # %%
-COLORS = {"fwd": "tab:blue", "bwd": "tab:orange", "opt": "tab:green", "recv": "0.85", "send": "0.6"}
-
-
-def plot_timeline(results, title="plain model parallelism: who computes when"):
-    """Gantt chart of every rank's timed steps (ms); blank and grey = waiting."""
-    fig, ax = plt.subplots(figsize=(10, 0.6 * len(results) + 1.2))
-    for r, spans in enumerate(mp_prog.aligned_spans(results)):
-        for kind, s, e in spans:
-            ax.broken_barh([(1e3 * s, 1e3 * (e - s))], (r - 0.4, 0.8), color=COLORS[kind])
-    ax.set_yticks(range(len(results)), [f"rank {r}" for r in range(len(results))])
-    ax.invert_yaxis()
-    ax.set_xlabel("time since the first rank started (ms)")
-    ax.set_title(title)
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items()], ncol=5, loc="upper center",
-              bbox_to_anchor=(0.5, -0.35), frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-plot_timeline(mp_run.results);
+plot_timeline(mp_run.results)
+plt.show()
 
 # %% [markdown]
 # The blue forward blocks form a staircase going down, the orange backward blocks a staircase going

@@ -61,6 +61,26 @@ def stage_of(model: torch.nn.Sequential, rank: int, world_size: int, layers_per_
     return torch.nn.Sequential(*list(model)[lo:hi])
 
 
+def reference(cfg: MPConfig, world_size: int) -> tuple[torch.nn.Sequential, list[float]]:
+    """The single-process reference: the unsplit model trained ``cfg.steps`` full-batch SGD steps.
+
+    Same weights (:func:`full_model`), same batch and loss as :func:`run`, in one process. Returns
+    the trained model (compare rank ``r`` with :func:`stage_of` of it) and the loss of every step
+    (the last rank reports the same losses). The notebook and the tests both compare against it.
+    """
+    model = full_model(cfg, world_size)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    x, y = regression(n=cfg.batch, d_in=cfg.width, d_out=cfg.d_out, seed=cfg.seed).tensors
+    losses = []
+    for _ in range(cfg.steps):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model, losses
+
+
 def train_step(stage, link: StageLink, x, y, act_shape, out_shape, opt) -> float | None:
     """One forward + backward + update through all stages. Returns the loss on the last stage."""
     tl, loss = link.timeline, None
