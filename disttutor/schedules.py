@@ -143,7 +143,7 @@ def formula_text(spec: PipeSpec) -> str:
 
 def rank_orders(spec: PipeSpec) -> list[list[Action]]:
     """The ordered actions of each rank, as torch's schedule classes issue them."""
-    p, m, v = spec.p, spec.m, spec.v
+    p, m = spec.p, spec.m
     orders: list[list[Action]] = []
     for r in range(p):
         if spec.schedule == "gpipe":

@@ -309,8 +309,13 @@ assert run_noepoch.ok and len({r["final_sha"] for r in run_noepoch.results}) == 
 # tells you which parameter diverged, on which rank.
 #
 # *Hint:* `dist.all_reduce(t)` sums `t` over all ranks, in place; `dist.get_world_size()`.
+# (The checker runs your cell's code on the ranks, with `torch` and `torch.distributed as dist`
+# imported for it; the import below only makes the names known in this notebook.)
 
 # %%
+import torch.distributed as dist
+
+
 def sync_gradients(model):
     """Exercise 4.1: make every parameter's .grad the average of that gradient over all ranks."""
     raise NotImplementedError("Exercise 4.1: all-reduce each p.grad (a SUM), then divide by the world size")

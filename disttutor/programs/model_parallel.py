@@ -16,7 +16,6 @@ import argparse
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from disttutor import runtime

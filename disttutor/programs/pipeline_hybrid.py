@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
