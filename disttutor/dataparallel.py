@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from disttutor import data, models
+from disttutor.config import require_positive
 
 #: Per-step communication patterns measured by ``disttutor.programs.dp_traffic``.
 #: dp-copy:  DataParallel, parameters copied device 0 -> each device and gradients
@@ -53,9 +54,7 @@ class DPTrainConfig:
     device_ids: tuple[int, ...] | None = None  # None: every visible GPU
 
     def __post_init__(self):
-        for name in ("epochs", "n_samples", "batch_size", "d_in", "hidden", "classes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_positive(self, "epochs", "n_samples", "batch_size", "d_in", "hidden", "classes")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.labels not in ("blobs", "random"):

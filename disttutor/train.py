@@ -24,6 +24,7 @@ from torch import nn
 
 from .data import regression
 from .models import MLP, seeded
+from disttutor.config import require_positive
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,7 @@ class TrainConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        for name in ("n", "d_in", "d_out", "batch", "steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_positive(self, "n", "d_in", "d_out", "batch", "steps")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden sizes must be >= 1, got {self.hidden}")
         if self.batch > self.n:

@@ -78,3 +78,22 @@ def test_result_table_and_summary_are_deterministic():
     assert "rank 0: error -- boom" in res.summary() and "| line 0" in res.summary()
     assert not res.ok and res.ranks_with("error") == [0]
     assert format_table([]) == "(no rows)"
+
+
+def test_require_positive_names_the_field():
+    from dataclasses import dataclass
+
+    from disttutor.config import require_positive
+
+    @dataclass
+    class Cfg:
+        steps: int = 3
+        layers_per_stage: int = 0
+
+    with pytest.raises(ValueError, match=r"^layers_per_stage must be >= 1, got 0$"):
+        require_positive(Cfg(), "steps", "layers_per_stage")
+    with pytest.raises(ValueError, match=r"^--layers-per-stage must be >= 1"):
+        require_positive(Cfg(), "layers_per_stage", flag_style=True)
+    with pytest.raises(ValueError, match="steps must be >= 1, got 2.5"):
+        require_positive(Cfg(steps=2.5), "steps")  # a float count is a mistake, not a count
+    require_positive(Cfg(layers_per_stage=2), "steps", "layers_per_stage")

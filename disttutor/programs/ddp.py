@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from disttutor import runtime
 from disttutor.data import classification
 from disttutor.models import MLP, param_summary
+from disttutor.config import require_positive
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,7 @@ class DDPConfig:
     unused_demo: bool = False  # train a model with an unused layer, without and with find_unused_parameters
 
     def __post_init__(self):
-        for name in ("n", "epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_positive(self, "n", "epochs", "batch_size")
         if self.show < 0 or self.uneven < 0:
             raise ValueError("show and uneven must be >= 0")
         if not self.lr > 0:

@@ -32,6 +32,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from disttutor import data, models, runtime
 from disttutor.dataparallel import PATTERNS
+from disttutor.config import require_positive
 
 
 # --------------------------------------------------------------------------- counted communication
@@ -158,9 +159,7 @@ class TrafficConfig:
     sizes: tuple[int, ...] = ()  # device counts to measure in one job (subgroups 0..n-1); () = all ranks
 
     def __post_init__(self):
-        for name in ("steps", "batch", "d_in", "hidden", "classes", "pieces"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_positive(self, "steps", "batch", "d_in", "hidden", "classes", "pieces")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if any(n < 1 for n in self.sizes) or list(self.sizes) != sorted(set(self.sizes)):

@@ -22,6 +22,7 @@ from disttutor import runtime
 from disttutor.data import regression
 from disttutor.models import MLP, seeded
 from disttutor.p2p import StageLink, Timeline
+from disttutor.config import require_positive
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,7 @@ class MPConfig:
     report_params: bool = False  # send every parameter back (small models only: tests compare element-wise)
 
     def __post_init__(self):
-        for name in ("steps", "batch", "width", "d_out", "layers_per_stage"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_positive(self, "steps", "batch", "width", "d_out", "layers_per_stage")
         if not 0 <= self.warmup < self.steps:
             raise ValueError(f"warmup must be in [0, steps) = [0, {self.steps}), got {self.warmup}")
         if self.lr <= 0:

@@ -29,6 +29,7 @@ from disttutor import runtime
 from disttutor.data import regression
 from disttutor.models import MLP, seeded
 from disttutor.schedules import SCHEDULES
+from disttutor.config import require_positive
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,7 @@ class PipeConfig:
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
             raise ValueError(f"--schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        for name in ("microbatches", "stages_per_rank", "steps", "batch", "width", "layers_per_stage"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        require_positive(self, "microbatches", "stages_per_rank", "steps", "batch", "width", "layers_per_stage", flag_style=True)
         if self.schedule != "interleaved" and self.stages_per_rank != 1:
             raise ValueError(f"schedule {self.schedule!r} holds one stage per rank; "
                              "--stages-per-rank > 1 needs --schedule interleaved")

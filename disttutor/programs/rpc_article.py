@@ -27,6 +27,7 @@ import torch.distributed.rpc as rpc
 from torch.distributed.rpc import remote
 
 from disttutor import runtime
+from disttutor.config import require_positive
 
 # -- the article's code (sizes as parameters; article: 10000 / 1000 / 10 heads / 10 classes) --------------
 SIZES = {"vocab": 10000, "d_model": 1000, "nhead": 10, "classes": 10}
@@ -102,9 +103,7 @@ class ArticleConfig:
     def __post_init__(self):
         if self.stage not in ("as-written", "fixed-calls"):
             raise ValueError(f"stage must be 'as-written' or 'fixed-calls', got {self.stage!r}")
-        for name in ("vocab", "d_model", "nhead", "classes", "batch", "seq"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_positive(self, "vocab", "d_model", "nhead", "classes", "batch", "seq")
         if self.d_model % self.nhead:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
 

@@ -32,6 +32,7 @@ from torch.distributed.rpc import RRef
 from disttutor import runtime
 from disttutor.data import tokens
 from disttutor.models import article_rpc_stage
+from disttutor.config import require_positive
 
 N_STAGES = 3  # worker1: embedding, worker2: transformer, worker3: classifier
 
@@ -50,9 +51,7 @@ class RpcTrainConfig:
     rpc_timeout: float = 20.0
 
     def __post_init__(self):
-        for name in ("steps", "batch", "seq", "vocab", "d_model", "nhead", "classes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_positive(self, "steps", "batch", "seq", "vocab", "d_model", "nhead", "classes")
         if self.d_model % self.nhead:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
         if self.lr <= 0 or self.rpc_timeout <= 0:
