@@ -12,6 +12,7 @@ import os
 import re
 import signal
 
+from . import contract
 from .results import RankResult, RunResult
 
 # torchrun's failure summary: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: 12)".
@@ -61,7 +62,7 @@ def exit_codes(agent_log: list[str]) -> dict[int, int]:
 def read_reports(run_dir: str) -> dict[int, dict]:
     reports = {}
     for fn in os.listdir(run_dir):
-        if re.fullmatch(r"rank\d+\.json", fn):
+        if contract.report_rank(fn) is not None:
             try:
                 with open(os.path.join(run_dir, fn)) as f:
                     rep = json.load(f)

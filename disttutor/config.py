@@ -19,3 +19,11 @@ def require_positive(cfg: Any, *names: str, flag_style: bool = False) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             label = "--" + name.replace("_", "-") if flag_style else name
             raise ValueError(f"{label} must be >= 1, got {value!r}")
+
+
+def require_non_negative(cfg: Any, *names: str) -> None:
+    """Raise ``ValueError("<name> must be >= 0, got <v>")`` for the first numeric field below 0."""
+    for name in names:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")

@@ -33,7 +33,9 @@ import threading
 import time
 from typing import Any, Mapping, Sequence
 
+from . import contract
 from .collect import collect, read_reports
+from .options import to_argv
 from .procs import PRCTL, kill_tree, tie_to_parent
 from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
 
@@ -43,7 +45,6 @@ __all__ = ["launch", "resolve_program", "free_port", "max_procs"]
 _PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 # torch's own excepthook adds "[rankN]:" to traceback lines; one prefix is enough.
 _TORCH_PREFIX = re.compile(r"^\[rank\d+\]:")
-_PROGRESS = "@@disttutor-progress "  # runtime.PROGRESS_TAG (not imported: that would import torch)
 
 _OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout", "env",
             "threads", "stream", "check", "run_dir", "max_procs_override")
@@ -94,26 +95,9 @@ def _program_names() -> list[str]:
     return sorted(f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_"))
 
 
-def _as_argv(args: Sequence[Any] | Mapping[str, Any] | None) -> list[str]:
-    """``{"steps": 3, "hang": True}`` -> ``["--steps", "3", "--hang"]``."""
-    if args is None:
-        return []
-    if isinstance(args, str):
-        raise TypeError("args must be a list of strings or a dict of options, not a single string")
-    if isinstance(args, Mapping):
-        argv: list[str] = []
-        for k, v in args.items():
-            flag = "--" + str(k).replace("_", "-")
-            if v is True:
-                argv.append(flag)
-            elif v is False or v is None:
-                continue
-            elif isinstance(v, (list, tuple)):
-                argv += [flag, *map(str, v)]
-            else:
-                argv += [flag, str(v)]
-        return argv
-    return [str(a) for a in args]
+def _as_argv(args: Any) -> list[str]:
+    """A config instance, ``{"steps": 3, "hang": True}`` or a list -> ``["--steps", "3", "--hang"]``."""
+    return to_argv(args)
 
 
 def _validate(nproc: Any, nnodes: Any, backend: Any, timeout: Any, env: Any, threads: Any,
@@ -181,7 +165,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
 
     program: a program of :mod:`disttutor.programs` (``"hello"``), a module
         (``"pkg.mod"``) or a script path (``"my_ddp.py"``).
-    args: the program's own arguments, a list or a dict (``{"steps": 3}`` -> ``--steps 3``).
+    args: the program's own arguments: its config dataclass instance (``HelloConfig(size=4)``),
+        a dict (``{"steps": 3}`` -> ``--steps 3``) or a list of strings.
     nnodes: > 1 starts that many torchrun agents on loopback joined by c10d rendezvous.
     backend: ``"auto"`` (NCCL when every rank has a GPU, else gloo), ``"gloo"`` or ``"nccl"``.
     timeout: wall-clock seconds for the whole job; then every process is killed.
@@ -209,12 +194,12 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     child_env.update({
         "OMP_NUM_THREADS": str(threads),   # also silences torchrun's OMP banner
         "PYTHONUNBUFFERED": "1",           # lines reach the cell as they are printed
-        "DISTTUTOR_RUN_DIR": run_dir,
-        "DISTTUTOR_BACKEND": backend,
+        contract.ENV_RUN_DIR: run_dir,
+        contract.ENV_BACKEND: backend,
         "TORCH_CPP_LOG_LEVEL": child_env.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
     })
     if collective_timeout is not None:
-        child_env["DISTTUTOR_COLLECTIVE_TIMEOUT"] = str(float(collective_timeout))
+        child_env[contract.ENV_COLLECTIVE_TIMEOUT] = str(float(collective_timeout))
     child_env.update(env or {})
 
     q: queue.Queue[tuple[int, str | None]] = queue.Queue()
@@ -228,7 +213,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
         for node in range(nnodes):
             cmd = _torchrun_argv(target, argv, nproc, nnodes, node, port, run_id, os.path.join(run_dir, "logs"))
             p = subprocess.Popen(
-                cmd, env={**child_env, "DISTTUTOR_AGENT": str(node)}, stdin=subprocess.DEVNULL,
+                cmd, env={**child_env, contract.ENV_AGENT: str(node)}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us, and we stop the tree in order
                 preexec_fn=tie_to_parent if PRCTL else None)
@@ -251,8 +236,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
                 agent_log.append(line if nnodes == 1 else f"[node {node}] {line}")
                 continue
             local, text = int(m.group(1)), _TORCH_PREFIX.sub("", m.group(2), count=1)
-            if text.startswith(_PROGRESS):
-                bar = _progress(bar, text[len(_PROGRESS):], stream)
+            if text.startswith(contract.PROGRESS_TAG):
+                bar = _progress(bar, text[len(contract.PROGRESS_TAG):], stream)
                 continue
             logs.setdefault((node, local), []).append(text)
             if stream:

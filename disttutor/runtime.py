@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from . import procs
+from . import contract, procs
 
 # Collectives that wait longer than this fail instead of hanging. Gloo's
 # default is 30 minutes, far too long for a learner staring at a cell.
@@ -81,7 +81,7 @@ def pick_backend(requested: str | None, local_world_size: int, local_rank: int) 
     ``requested`` ("nccl", "gloo", "auto" or None) overrides the choice; asking
     for NCCL without enough GPUs is an error here rather than a hang later.
     """
-    requested = (requested or os.environ.get("DISTTUTOR_BACKEND") or "auto").lower()
+    requested = (requested or os.environ.get(contract.ENV_BACKEND) or "auto").lower()
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
     enough = n_gpu >= local_world_size and dist.is_nccl_available()
     if requested == "auto":
@@ -124,8 +124,12 @@ class Context:
 _CTX: Context | None = None
 
 
-def _run_dir() -> str | None:
-    return os.environ.get("DISTTUTOR_RUN_DIR") or None
+def run_dir() -> str | None:
+    """The launcher's run directory for this job (``None`` when not launched by :func:`disttutor.launch`)."""
+    return os.environ.get(contract.ENV_RUN_DIR) or None
+
+
+_run_dir = run_dir
 
 
 def _write_report(ctx: Context, status: str, error: str | None = None) -> None:
@@ -141,12 +145,12 @@ def _write_report(ctx: Context, status: str, error: str | None = None) -> None:
         "backend": ctx.backend,
         "device": str(ctx.device),
         "pid": os.getpid(),
-        "agent": int(os.environ.get("DISTTUTOR_AGENT", "0")),  # which torchrun agent (simulated node)
+        "agent": int(os.environ.get(contract.ENV_AGENT, "0")),  # which torchrun agent (simulated node)
         "status": status,
         "error": error,
         "results": ctx.results,
     }
-    path = os.path.join(run_dir, f"rank{ctx.env.rank}.json")
+    path = contract.report_path(run_dir, ctx.env.rank)
     tmp = f"{path}.{threading.get_ident()}.tmp"  # RPC handlers may report from several threads
     with open(tmp, "w") as f:
         json.dump(payload, f, default=_jsonable)
@@ -207,7 +211,7 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
     global _CTX
     env = DistEnv.from_environ()
     tie_to_parent()
-    timeout_s = float(timeout_s or os.environ.get("DISTTUTOR_COLLECTIVE_TIMEOUT") or DEFAULT_COLLECTIVE_TIMEOUT_S)
+    timeout_s = float(timeout_s or os.environ.get(contract.ENV_COLLECTIVE_TIMEOUT) or DEFAULT_COLLECTIVE_TIMEOUT_S)
     if init_group:
         be, device = pick_backend(backend, env.local_world_size, env.local_rank)
     else:
@@ -319,7 +323,7 @@ def rank_print(*args: Any, **kwargs: Any) -> None:
     print(*args, **kwargs)
 
 
-PROGRESS_TAG = "@@disttutor-progress "
+PROGRESS_TAG = contract.PROGRESS_TAG
 
 
 def progress(step: int, total: int, desc: str = "", **metrics: float) -> None:

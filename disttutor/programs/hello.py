@@ -10,7 +10,6 @@ look like::
 """
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import time
@@ -20,20 +19,20 @@ import torch
 import torch.distributed as dist
 
 from disttutor import runtime
+from disttutor.config import require_non_negative, require_positive
+from disttutor.options import cli, opt
 
 
 @dataclass(frozen=True)
 class HelloConfig:
-    size: int = 3
-    skip_rank: int = -1    # this rank never joins the all-reduce (a hang)
-    crash_rank: int = -1   # this rank dies hard before the all-reduce (a crash)
-    sleep: float = 0.0     # extra seconds before the collective
+    size: int = opt(3, "elements in each rank's tensor")
+    skip_rank: int = opt(-1, "this rank never joins the all-reduce (a hang)")
+    crash_rank: int = opt(-1, "this rank dies hard before the all-reduce (a crash)")
+    sleep: float = opt(0.0, "extra seconds before the collective")
 
     def __post_init__(self):
-        if self.size < 1:
-            raise ValueError(f"size must be >= 1, got {self.size}")
-        if self.sleep < 0:
-            raise ValueError(f"sleep must be >= 0, got {self.sleep}")
+        require_positive(self, "size")
+        require_non_negative(self, "sleep")
 
 
 def run(cfg: HelloConfig) -> None:
@@ -56,14 +55,7 @@ def run(cfg: HelloConfig) -> None:
                        device=str(ctx.device), host=socket.gethostname())
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="hello", description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=3)
-    p.add_argument("--skip-rank", type=int, default=-1)
-    p.add_argument("--crash-rank", type=int, default=-1)
-    p.add_argument("--sleep", type=float, default=0.0)
-    a = p.parse_args(argv)
-    run(HelloConfig(size=a.size, skip_rank=a.skip_rank, crash_rank=a.crash_rank, sleep=a.sleep))
+main = cli(HelloConfig, run)  # the command line is derived from HelloConfig's fields
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def run_article(cfg: LegacyConfig) -> None:
     # children's clashing groups leave stale addresses under the same store
     # keys, so a group made here would try to connect to dead children.
     with runtime.setup(init_group=False) as ctx:
-        out_dir = os.path.join(os.environ.get("DISTTUTOR_RUN_DIR") or ".", f"spawned{ctx.rank}")
+        out_dir = os.path.join(runtime.run_dir() or ".", f"spawned{ctx.rank}")
         os.makedirs(out_dir, exist_ok=True)
         # The article's call: mp.spawn(train, args=(world_size,), nprocs=world_size, join=True).
         mp.spawn(article_train, args=(cfg.gpus, cfg.timeout, out_dir, ctx.rank), nprocs=cfg.gpus, join=True)

@@ -1,0 +1,36 @@
+"""The contract between the launcher (in the kernel) and the ranks (under torchrun).
+
+Introduced in chapter 0. Both sides import these names; neither spells the
+strings itself. This module imports nothing heavy (no torch), so the launcher
+stays cheap to import.
+
+    launcher  --env-->  ranks        ENV_RUN_DIR, ENV_BACKEND, ENV_COLLECTIVE_TIMEOUT, ENV_AGENT
+    ranks  --files-->   launcher     report_path(run_dir, rank) -> run_dir/rank{r}.json
+    ranks  --stdout-->  launcher     PROGRESS_TAG + json   (rank 0's progress bar)
+"""
+from __future__ import annotations
+
+import os
+import re
+
+# Environment the launcher sets for every rank.
+ENV_RUN_DIR = "DISTTUTOR_RUN_DIR"                          # where ranks write their reports
+ENV_BACKEND = "DISTTUTOR_BACKEND"                          # "auto" | "gloo" | "nccl"
+ENV_COLLECTIVE_TIMEOUT = "DISTTUTOR_COLLECTIVE_TIMEOUT"    # seconds one collective may wait
+ENV_AGENT = "DISTTUTOR_AGENT"                              # which torchrun agent (simulated node)
+
+# One line on a rank's stdout that the launcher turns into a progress bar.
+PROGRESS_TAG = "@@disttutor-progress "
+
+_REPORT = re.compile(r"rank(\d+)\.json")
+
+
+def report_path(run_dir: str, rank: int) -> str:
+    """Where rank ``rank`` writes its report (atomically, rewritten on each report)."""
+    return os.path.join(run_dir, f"rank{int(rank)}.json")
+
+
+def report_rank(filename: str) -> int | None:
+    """``"rank3.json"`` -> 3; any other file name -> None."""
+    m = _REPORT.fullmatch(os.path.basename(filename))
+    return int(m.group(1)) if m else None

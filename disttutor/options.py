@@ -1,0 +1,207 @@
+"""A program's options come from its config dataclass, and from nowhere else.
+
+Introduced in chapter 0's house style. Each worker program declares one frozen
+dataclass; its fields (name, type, default, ``help`` metadata) *are* the
+program's options. This module derives the command line from it (standard
+library only), and turns a config back into command-line arguments for the
+launcher, so every default is written once::
+
+    @dataclass(frozen=True)
+    class HelloConfig:
+        size: int = opt(3, "elements per rank")
+        skip_rank: int = opt(-1, "this rank never joins the all-reduce (a hang)")
+
+        def __post_init__(self):
+            require_positive(self, "size")
+
+    def run(cfg: HelloConfig) -> None: ...
+
+    main = cli(HelloConfig, run)          # python -m disttutor.programs.hello --size 4
+
+    launch("hello", 2, HelloConfig(size=4))    # or args={"size": 4}: same flags
+
+Field types understood: ``int``, ``float``, ``str``, ``bool`` (``--x/--no-x``),
+``Literal[...]`` (choices), ``tuple[int, ...]`` / ``tuple[str, ...]`` (one or
+more values), and ``X | None`` of those (default ``None``).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import sys
+import types
+import typing
+from typing import Any, Callable, Mapping, TypeVar
+
+C = TypeVar("C")
+
+__all__ = ["opt", "parser_for", "parse", "cli", "to_argv", "flag"]
+
+
+def opt(default: Any, help: str = "", **metadata: Any) -> Any:
+    """A dataclass field with a default and a help text (shown by ``--help``)."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("use a tuple for a sequence default (configs are frozen and hashable)")
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
+def flag(name: str) -> str:
+    """``"skip_rank"`` -> ``"--skip-rank"``."""
+    return "--" + name.replace("_", "-")
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0], True
+    return tp, False
+
+
+def _argument(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any]]:
+    default = f.default if f.default is not dataclasses.MISSING else None
+    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        default = f.default_factory()  # type: ignore[misc]
+    helptext = f.metadata.get("help", "")
+    kw: dict[str, Any] = {"dest": f.name, "help": (helptext + " " if helptext else "") + "(default: %(default)s)"}
+    if required:
+        kw["required"] = True
+        kw["help"] = helptext or None
+    else:
+        kw["default"] = default
+    tp, _optional = _unwrap_optional(tp)
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        kw["action"] = argparse.BooleanOptionalAction
+    elif origin is typing.Literal:
+        choices = typing.get_args(tp)
+        kw["choices"] = choices
+        kw["type"] = type(choices[0])
+    elif origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) != 2 or args[1] is not Ellipsis:
+            raise TypeError(f"{f.name}: only tuple[X, ...] is supported, got {tp}")
+        kw["nargs"] = "+"
+        kw["type"] = args[0]
+        kw["_tuple"] = True
+    elif tp in (int, float, str):
+        kw["type"] = tp
+    else:
+        raise TypeError(f"{f.name}: option type {tp!r} is not supported on the command line")
+    return [flag(f.name)], kw
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that suggests the closest option for a misspelt one."""
+
+    def error(self, message: str) -> typing.NoReturn:  # noqa: D401
+        if "unrecognized arguments:" in message:
+            known = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+            bad = message.split("unrecognized arguments:", 1)[1].split()
+            hints = []
+            for b in bad:
+                if b.startswith("-"):
+                    close = difflib.get_close_matches(b.split("=", 1)[0], known, n=1)
+                    if close:
+                        hints.append(f"{b} -> did you mean {close[0]}?")
+            if hints:
+                message += " (" + "; ".join(hints) + ")"
+        super().error(message)
+
+
+def parser_for(cls: type, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
+    """The command line of config dataclass ``cls``: one ``--flag`` per field."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    # allow_abbrev=False: "--n" must not silently mean "--nproc-like" options.
+    p = _Parser(prog=prog, description=description, allow_abbrev=False)
+    p.set_defaults(_tuple_fields=())
+    tuples = []
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name.startswith("_"):
+            continue
+        flags, kw = _argument(f, hints[f.name])
+        if kw.pop("_tuple", False):
+            tuples.append(f.name)
+        p.add_argument(*flags, **kw)
+    p.set_defaults(_tuple_fields=tuple(tuples))
+    return p
+
+
+def parse(cls: type[C], argv: list[str] | None = None, prog: str | None = None,
+          description: str | None = None) -> C:
+    """Parse ``argv`` into a ``cls`` instance; a value ``__post_init__`` rejects becomes a one-line error."""
+    p = parser_for(cls, prog=prog, description=description)
+    ns = vars(p.parse_args(argv))
+    tuples = ns.pop("_tuple_fields")
+    for name in tuples:
+        if isinstance(ns[name], list):
+            ns[name] = tuple(ns[name])
+    try:
+        return cls(**ns)
+    except (ValueError, TypeError) as e:
+        p.error(str(e))
+        raise  # unreachable: error() exits
+
+
+def cli(cls: type[C], run: Callable[[C], Any], prog: str | None = None,
+        description: str | None = None) -> Callable[[list[str] | None], Any]:
+    """A program's ``main(argv=None)``: parse the command line into ``cls``, then ``run(cfg)``."""
+
+    def main(argv: list[str] | None = None) -> Any:
+        mod = sys.modules.get(run.__module__)
+        name = prog or (run.__module__.rsplit(".", 1)[-1] if run.__module__ != "__main__" else None)
+        desc = description or ((mod.__doc__ or "").strip().splitlines() or [""])[0] if mod else description
+        return run(parse(cls, argv, prog=name, description=desc))
+
+    main.__doc__ = f"Command line of {cls.__name__} (one --flag per field), then run()."
+    return main
+
+
+def to_argv(args: Any) -> list[str]:
+    """Config instance, dict or list -> command-line arguments for the program.
+
+    A config gives only the fields that differ from their defaults (short,
+    readable command lines); a dict gives every key it has.
+    """
+    if args is None:
+        return []
+    if isinstance(args, str):
+        raise TypeError("args must be a config, a dict of options or a list of strings, not a single string")
+    if dataclasses.is_dataclass(args) and not isinstance(args, type):
+        items = []
+        for f in dataclasses.fields(args):
+            if not f.init or f.name.startswith("_"):
+                continue
+            v = getattr(args, f.name)
+            if f.default is not dataclasses.MISSING and v == f.default:
+                continue
+            items.append((f.name, v))
+        return _items_to_argv(items, explicit_false=True)
+    if isinstance(args, Mapping):
+        # A dict's False means "leave the switch off" (omitted), as programs
+        # written with store_true flags expect.
+        return _items_to_argv(args.items(), explicit_false=False)
+    return [str(a) for a in args]
+
+
+def _items_to_argv(items: Any, explicit_false: bool) -> list[str]:
+    argv: list[str] = []
+    for k, v in items:
+        name = flag(str(k))
+        if v is True:
+            argv.append(name)
+        elif v is False:
+            if explicit_false:
+                argv.append("--no-" + name[2:])
+        elif v is None:
+            continue
+        elif isinstance(v, (list, tuple)):
+            argv += [name, *map(str, v)]
+        else:
+            argv += [name, str(v)]
+    return argv
