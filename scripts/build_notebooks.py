@@ -88,6 +88,43 @@ def clean(nb) -> None:
             out.get("metadata", {}).pop("execution", None)
 
 
+HEADER_TAG = "chapter-header"  # the cell that calls disttutor.chapters.header(N)
+
+
+def record_build_time(src: str, seconds: float) -> dict:
+    """Store how long the chapter took (chapters/build_times.json) for its header card."""
+    import platform
+
+    import torch
+
+    stem = os.path.basename(src)[:-3]
+    path = os.path.join(ROOT, "chapters", "build_times.json")
+    try:
+        times = json.load(open(path))
+    except (OSError, ValueError):
+        times = {}
+    times[stem] = {"seconds": round(seconds, 1), "cores": os.cpu_count(),
+                   "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+                   "torch": torch.__version__.split("+")[0], "python": platform.python_version()}
+    with open(path, "w") as f:
+        json.dump(dict(sorted(times.items())), f, indent=1)
+        f.write("\n")
+    return times[stem]
+
+
+def refresh_header(nb, number: int, build: dict) -> None:
+    """Re-render the header cell's output with the time just measured (the cell ran before the
+    measurement existed, so its output still shows the previous build's time)."""
+    sys.path.insert(0, ROOT)
+    from disttutor.chapters import header_markdown
+
+    for cell in nb.cells:
+        if HEADER_TAG in cell.metadata.get("tags", []):
+            for out in cell.get("outputs", []):
+                if "text/markdown" in out.get("data", {}):
+                    out["data"]["text/markdown"] = header_markdown(number, build)
+
+
 def execute(src: str) -> float:
     import nbformat
     from nbclient import NotebookClient
@@ -98,9 +135,11 @@ def execute(src: str) -> float:
     t0 = time.perf_counter()
     NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": os.path.join(ROOT, "chapters")}}).execute()
+    seconds = time.perf_counter() - t0
+    refresh_header(nb, int(os.path.basename(src)[:2]), record_build_time(src, seconds))
     clean(nb)
     nbformat.write(nb, notebook_path(src))
-    return time.perf_counter() - t0
+    return seconds
 
 
 def main(paths: list[str]) -> int:
