@@ -44,11 +44,3 @@ def gpus_env() -> dict[str, str]:
     if not re.fullmatch(r"\d+(,\d+)*", gpus.replace(" ", "")):
         raise ValueError(f"{contract.ENV_GPUS}={gpus!r}: give GPU indices like 0,1 (or 'none')")
     return {"CUDA_VISIBLE_DEVICES": gpus.replace(" ", "")}
-
-# torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
-_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
-# torch's own excepthook adds "[rankN]:" to traceback lines; one prefix is enough.
-_TORCH_PREFIX = re.compile(r"^\[rank\d+\]: ?")
-
-_OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout", "env",
-            "threads", "stream", "check", "run_dir", "max_procs_override")

@@ -10,8 +10,9 @@ Whatever happens -- a hung collective, a crashed rank, the cell interrupted,
 the kernel SIGKILLed -- the whole process tree goes away:
 
 * torchrun runs in its own session and gets ``PR_SET_PDEATHSIG=SIGTERM`` (Linux),
-  so it stops its workers when the kernel dies; workers in turn are tied to
-  torchrun by the runtime;
+  so it stops its workers when the kernel dies; should that shutdown hang, a
+  watchdog thread in the agent (:mod:`disttutor._torchrun`) SIGKILLs the ranks
+  and the agent; workers in turn are tied to torchrun (SIGKILL) by the runtime;
 * on timeout or interrupt the launcher terminates torchrun (which forwards the
   signal to its workers), then SIGKILLs anything left of the tree.
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.util
-import json
 import os
 import queue
 import re
@@ -36,14 +36,23 @@ import time
 from typing import Any, Mapping, Sequence
 
 from . import contract
-from .collect import collect, read_reports
+from .collect import collect
 from .defaults import BACKENDS, default_backend, gpus_env
 from .options import to_argv
 from .procs import PRCTL, kill_tree, tie_to_parent
-from .stream import Display
+from .stream import Display, label as _label, progress as _progress
 from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
 
 __all__ = ["launch", "resolve_program", "free_port", "max_procs", "default_backend"]
+
+# torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
+_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
+# torch's own excepthook adds "[rankN]:" to traceback lines; one prefix is enough.
+_TORCH_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+
+_OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout", "env",
+            "threads", "stream", "check", "run_dir", "max_procs_override")
+
 
 def max_procs() -> int:
     """The most ranks one launch may start on this machine (CPU ranks share cores)."""
@@ -287,43 +296,3 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     if err is not None and (check or outcome == "interrupted"):
         raise err
     return result
-
-
-def _label(labels: dict, node: int, local: int, nnodes: int, run_dir: str) -> str:
-    """``rank R`` for a line from (agent, local rank).
-
-    With several agents, c10d rendezvous numbers them by (address, pid), not by
-    ``--node-rank``, so the global rank is looked up in the ranks' reports
-    (written at setup); until one appears the line is labelled by agent.
-    """
-    if (node, local) in labels:
-        return labels[(node, local)]
-    if nnodes == 1:
-        labels[(node, local)] = f"rank {local}"
-    else:
-        for rank, rep in read_reports(run_dir).items():
-            if (rep.get("agent"), rep.get("local_rank")) == (node, local):
-                labels[(node, local)] = f"rank {rank}"
-                break
-        else:
-            return f"agent {node} local {local}"
-    return labels[(node, local)]
-
-
-def _progress(bar, payload: str, show: bool):
-    """Turn a rank-0 ``runtime.progress`` line into a tqdm bar (widget in Jupyter, text in a terminal)."""
-    if not show:
-        return bar
-    try:
-        d = json.loads(payload)
-    except ValueError:
-        return bar
-    if bar is None:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=d["total"], desc=d.get("desc") or "rank 0", leave=False)
-    bar.n = d["step"]
-    if d.get("metrics"):
-        bar.set_postfix(d["metrics"], refresh=False)
-    bar.refresh()
-    return bar

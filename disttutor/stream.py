@@ -10,13 +10,19 @@ keeps every line as it was written):
 * a warning that several ranks (or one rank in a loop) emit is shown once;
   :meth:`Display.close` then says how many repeats were hidden;
 * nothing else is changed or dropped.
+
+It also names each line's rank (:func:`label`) and turns rank 0's progress
+lines into a tqdm bar (:func:`progress`).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import site
 import sysconfig
+
+from .collect import read_reports
 
 # "path/to/file.py:12: UserWarning: message" (Python's warnings.formatwarning) or "UserWarning: message".
 _WARNING = re.compile(r"^(?:.*?:\d+: )?(\w*Warning): (.*)$")
@@ -84,3 +90,43 @@ class Display:
                 print(f"  x{n + 1}: {short_paths(key)[:160]}")
             if len(hidden) > 5:
                 print(f"  ... and {len(hidden) - 5} more")
+
+
+def label(labels: dict, node: int, local: int, nnodes: int, run_dir: str) -> str:
+    """``rank R`` for a line from (agent, local rank).
+
+    With several agents, c10d rendezvous numbers them by (address, pid), not by
+    ``--node-rank``, so the global rank is looked up in the ranks' reports
+    (written at setup); until one appears the line is labelled by agent.
+    """
+    if (node, local) in labels:
+        return labels[(node, local)]
+    if nnodes == 1:
+        labels[(node, local)] = f"rank {local}"
+    else:
+        for rank, rep in read_reports(run_dir).items():
+            if (rep.get("agent"), rep.get("local_rank")) == (node, local):
+                labels[(node, local)] = f"rank {rank}"
+                break
+        else:
+            return f"agent {node} local {local}"
+    return labels[(node, local)]
+
+
+def progress(bar, payload: str, show: bool):
+    """Turn a rank-0 ``runtime.progress`` line into a tqdm bar (widget in Jupyter, text in a terminal)."""
+    if not show:
+        return bar
+    try:
+        d = json.loads(payload)
+    except ValueError:
+        return bar
+    if bar is None:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=d["total"], desc=d.get("desc") or "rank 0", leave=False)
+    bar.n = d["step"]
+    if d.get("metrics"):
+        bar.set_postfix(d["metrics"], refresh=False)
+    bar.refresh()
+    return bar
