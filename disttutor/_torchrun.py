@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import socket
 
-import psutil  # imported now: the watchdog may need it while the interpreter is shutting down
+# Imported now, not when needed: the watchdog may run while the interpreter is shutting down.
+import psutil  # noqa: F401  (used by procs.kill_descendants_and_exit)
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
@@ -26,8 +27,6 @@ from torch.distributed.run import get_args_parser, run
 
 from disttutor import contract
 from disttutor.procs import kill_descendants_and_exit, watch_parent
-
-assert psutil  # used by kill_descendants_and_exit
 
 _TCPStore = dist.TCPStore
 
