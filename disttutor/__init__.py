@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .launch import free_port, launch, resolve_program  # noqa: E402
+from .launch import default_backend, free_port, launch, resolve_program  # noqa: E402
 from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RankResult, RunResult  # noqa: E402
 
 
@@ -18,5 +18,5 @@ def doctor(**kwargs):
     return _doctor(**kwargs)
 
 
-__all__ = ["launch", "doctor", "free_port", "resolve_program", "RunResult", "RankResult",
+__all__ = ["launch", "default_backend", "doctor", "free_port", "resolve_program", "RunResult", "RankResult",
            "LaunchError", "LaunchTimeout", "LaunchInterrupted", "__version__"]

@@ -1,19 +1,32 @@
-"""torchrun, with its TCP stores listening on loopback only, and no option abbreviations (chapter 0).
+"""torchrun, with its TCP stores listening on loopback only, no option abbreviations,
+and no life after the kernel's death (chapter 0).
 
 torch's ``TCPStore`` server listens on every interface, so a one-machine
 ``torchrun --rdzv-endpoint=127.0.0.1:PORT`` still opens ports to the network.
 The stores accept an already-listening socket (``master_listen_fd``); this
 wrapper hands them one bound to 127.0.0.1, then runs torchrun unchanged.
 :func:`disttutor.launch` uses it for every job on this machine.
+
+If the kernel that launched the job dies (SIGKILL, OOM), ``PR_SET_PDEATHSIG``
+sends this agent SIGTERM and torchrun starts its own shutdown -- which can
+hang for ever at interpreter exit, joining ``--tee``'s log-tailing threads.
+So a watchdog thread also notices the new parent and SIGKILLs the ranks and
+the agent itself, whatever torchrun's shutdown is doing.
 """
 from __future__ import annotations
 
+import os
 import socket
 
+# Imported now, not when needed: the watchdog may run while the interpreter is shutting down.
+import psutil  # noqa: F401  (used by procs.kill_descendants_and_exit)
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
 from torch.distributed.run import get_args_parser, run
+
+from disttutor import contract
+from disttutor.procs import kill_descendants_and_exit, watch_parent
 
 _TCPStore = dist.TCPStore
 
@@ -36,8 +49,19 @@ class LoopbackTCPStore(_TCPStore):
         super().__init__(host_name, port, world_size, is_master, *args, **kwargs)
 
 
+def _follow_launcher() -> None:
+    """End the whole job as soon as the launcher (the kernel) is gone."""
+    launcher = int(os.environ.get(contract.ENV_LAUNCHER_PID) or os.getppid())
+    if os.getppid() != launcher:  # it died before we got here: no job at all
+        os._exit(1)
+    watch_parent(launcher, kill_descendants_and_exit)
+    # The ranks inherit this environment: they check their own parent against it.
+    os.environ[contract.ENV_AGENT_PID] = str(os.getpid())
+
+
 @record
 def main() -> None:
+    _follow_launcher()
     dist.TCPStore = LoopbackTCPStore
     c10d_rendezvous_backend.TCPStore = LoopbackTCPStore
     parser = get_args_parser()

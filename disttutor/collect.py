@@ -13,7 +13,7 @@ import re
 import signal
 
 from . import contract
-from .results import RankResult, RunResult
+from .results import RankResult, RunResult, blame_of, is_exception_line, is_usage_error, readable_error
 
 # torchrun's failure summary: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: 12)".
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
@@ -29,21 +29,32 @@ def exit_text(code: int) -> str:
     return f"died with exit code {code} before reporting"
 
 
-def rank_status(report: dict | None, code: int | None, outcome: str, job_failed: bool) -> tuple[str, str | None]:
-    """``(status, error)`` for one rank; see :data:`disttutor.results.STATUSES`."""
+def rank_status(report: dict | None, code: int | None, outcome: str, job_failed: bool,
+                log: list[str] | None = None) -> tuple[str, str | None, str]:
+    """``(status, error, evidence)`` for one rank; see :data:`disttutor.results.STATUSES`.
+
+    evidence says where the verdict comes from: the rank's "report", its own
+    last "log" line (e.g. argparse's error before the rank ever set up),
+    torchrun's "exit" code, or what the "launcher" saw.
+    """
     said = report["status"] if report else None
     if said in ("ok", "error"):  # the rank finished and told us itself
-        return said, report.get("error")
+        return said, report.get("error"), "report"
     # From here on the rank never finished its work (report says "running", or none).
     if outcome == "timeout":
-        return "stuck", "still running when the launch timed out"
+        return "stuck", "still running when the launch timed out", "launcher"
     if outcome == "interrupted":
-        return "interrupted", "still running when the cell was interrupted"
+        return "interrupted", "still running when the launch was interrupted", "launcher"
+    last = next((ln.strip() for ln in reversed(log or []) if ln.strip()), "")
+    if job_failed and (is_usage_error(last) or is_exception_line(last)):
+        # Its own last words say why: argparse's error (it was about to exit 2 when
+        # torchrun stopped it), or the last line of a traceback (a script without the runtime).
+        return "error", last, "log"
     if code not in (None, 0, -signal.SIGTERM):  # SIGTERM is torchrun stopping the survivors
-        return "error", exit_text(code)
+        return "error", exit_text(code), "exit"
     if job_failed:
-        return "stopped", "still running when torchrun stopped the job (another rank failed)"
-    return "ok", None  # a script that does not use the runtime and exited cleanly
+        return "stopped", "still running when torchrun stopped the job (another rank failed)", "launcher"
+    return "ok", None, "launcher"  # a script that does not use the runtime and exited cleanly
 
 
 def exit_codes(agent_log: list[str]) -> dict[int, int]:
@@ -83,10 +94,13 @@ def collect(name: str, nproc: int, nnodes: int, returncodes: list[int], logs: di
     ranks = []
     for r in range(nproc * nnodes):
         rep = reports.get(r)
-        status, error = rank_status(rep, codes.get(r), outcome, job_failed)
-        info = {k: v for k, v in (rep or {}).items() if k not in ("results", "status", "error")}
-        ranks.append(RankResult(rank=r, status=status, error=error, results=(rep or {}).get("results", {}),
-                                log=by_rank.get(r, []), info=info))
+        status, raw, evidence = rank_status(rep, codes.get(r), outcome, job_failed, by_rank.get(r))
+        info = {k: v for k, v in (rep or {}).items() if k not in ("results", "status", "error", "blame")}
+        blame = None
+        if status == "error":
+            blame = (rep or {}).get("blame") or (blame_of(raw or "") if evidence == "log" else "self")
+        ranks.append(RankResult(rank=r, status=status, error=readable_error(raw), results=(rep or {}).get("results", {}),
+                                log=by_rank.get(r, []), info=info, raw_error=raw, blame=blame, evidence=evidence))
     rc = max(returncodes, key=abs) if returncodes else -1
     return RunResult(program=name, nproc=nproc, nnodes=nnodes, returncode=rc, wall_s=wall, ranks=ranks,
                      agent_log=agent_log, run_dir=run_dir, outcome=outcome)

@@ -5,6 +5,8 @@ strings itself. This module imports nothing heavy (no torch), so the launcher
 stays cheap to import.
 
     launcher  --env-->  ranks        ENV_RUN_DIR, ENV_BACKEND, ENV_COLLECTIVE_TIMEOUT, ENV_AGENT
+    launcher  --env-->  agent        ENV_LAUNCHER_PID;  agent --env--> ranks  ENV_AGENT_PID
+    teacher   --env-->  launcher     ENV_DEFAULT_BACKEND, ENV_GPUS
     ranks  --files-->   launcher     report_path(run_dir, rank) -> run_dir/rank{r}.json
     ranks  --stdout-->  launcher     PROGRESS_TAG + json   (rank 0's progress bar)
 """
@@ -18,6 +20,12 @@ ENV_RUN_DIR = "DISTTUTOR_RUN_DIR"                          # where ranks write t
 ENV_BACKEND = "DISTTUTOR_BACKEND"                          # "auto" | "gloo" | "nccl"
 ENV_COLLECTIVE_TIMEOUT = "DISTTUTOR_COLLECTIVE_TIMEOUT"    # seconds one collective may wait
 ENV_AGENT = "DISTTUTOR_AGENT"                              # which torchrun agent (simulated node)
+ENV_LAUNCHER_PID = "DISTTUTOR_LAUNCHER_PID"                # the process that launched the agent (the kernel)
+ENV_AGENT_PID = "DISTTUTOR_AGENT_PID"                      # set by the agent for its ranks: their parent
+
+# Course-wide defaults a teacher sets before JupyterLab starts (an explicit launch() argument wins).
+ENV_DEFAULT_BACKEND = "DISTTUTOR_DEFAULT_BACKEND"          # "auto" | "gloo" | "nccl"
+ENV_GPUS = "DISTTUTOR_GPUS"                                # "0,1" -> CUDA_VISIBLE_DEVICES of every job
 
 # One line on a rank's stdout that the launcher turns into a progress bar.
 PROGRESS_TAG = "@@disttutor-progress "

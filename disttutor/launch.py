@@ -10,8 +10,9 @@ Whatever happens -- a hung collective, a crashed rank, the cell interrupted,
 the kernel SIGKILLed -- the whole process tree goes away:
 
 * torchrun runs in its own session and gets ``PR_SET_PDEATHSIG=SIGTERM`` (Linux),
-  so it stops its workers when the kernel dies; workers in turn are tied to
-  torchrun by the runtime;
+  so it stops its workers when the kernel dies; should that shutdown hang, a
+  watchdog thread in the agent (:mod:`disttutor._torchrun`) SIGKILLs the ranks
+  and the agent; workers in turn are tied to torchrun (SIGKILL) by the runtime;
 * on timeout or interrupt the launcher terminates torchrun (which forwards the
   signal to its workers), then SIGKILLs anything left of the tree.
 
@@ -20,11 +21,12 @@ This module does not import torch (a launch costs no extra 2-3 s of import).
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
-import json
 import os
 import queue
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -34,17 +36,19 @@ import time
 from typing import Any, Mapping, Sequence
 
 from . import contract
-from .collect import collect, read_reports
+from .collect import collect
+from .defaults import BACKENDS, default_backend, gpus_env
 from .options import to_argv
 from .procs import PRCTL, kill_tree, tie_to_parent
+from .stream import Display, label as _label, progress as _progress
 from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
 
-__all__ = ["launch", "resolve_program", "free_port", "max_procs"]
+__all__ = ["launch", "resolve_program", "free_port", "max_procs", "default_backend"]
 
 # torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
 _PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 # torch's own excepthook adds "[rankN]:" to traceback lines; one prefix is enough.
-_TORCH_PREFIX = re.compile(r"^\[rank\d+\]:")
+_TORCH_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 
 _OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout", "env",
             "threads", "stream", "check", "run_dir", "max_procs_override")
@@ -73,8 +77,10 @@ def resolve_program(program: str) -> tuple[str, list[str]]:
     if program.endswith(".py") or os.sep in program or "/" in program:
         path = os.path.abspath(program)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"program {program!r}: no such script ({path})")
-        return program, [path]
+            raise FileNotFoundError(f"program {program!r}: no such script")
+        # Through a thin wrapper: the script's own init_process_group() gets the
+        # collective timeout too (disttutor._script); it still runs as __main__.
+        return program, ["-m", "disttutor._script", path]
     module = program if "." in program else f"disttutor.programs.{program}"
     try:
         spec = importlib.util.find_spec(module)
@@ -95,13 +101,26 @@ def _program_names() -> list[str]:
     return sorted(f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_"))
 
 
+class TooManyProcesses(ValueError):
+    """More ranks than one launch may start here; ``hint(...)`` lets a front end spell its own override."""
+
+    def __init__(self, count: int, limit: int, override: str = "max_procs_override={count}"):
+        self.count, self.limit = count, limit
+        super().__init__(self.hint(override))
+
+    def hint(self, override: str) -> str:
+        return (f"{self.count} processes is too many for this machine ({os.cpu_count()} CPU cores; at most "
+                f"{self.limit} per launch). Use fewer ranks, or pass {override.format(count=self.count)} "
+                "if you really mean it.")
+
+
 def _as_argv(args: Any) -> list[str]:
     """A config instance, ``{"steps": 3, "hang": True}`` or a list -> ``["--steps", "3", "--hang"]``."""
     return to_argv(args)
 
 
 def _validate(nproc: Any, nnodes: Any, backend: Any, timeout: Any, env: Any, threads: Any,
-              limit: int) -> None:
+              limit: int, gpus: Mapping[str, str] | None = None) -> None:
     def _int(name: str, v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"{name} must be an integer, got {v!r}")
@@ -113,16 +132,15 @@ def _validate(nproc: Any, nnodes: Any, backend: Any, timeout: Any, env: Any, thr
     if nnodes < 1:
         raise ValueError(f"nnodes must be at least 1, got {nnodes}")
     if nproc * nnodes > limit:
-        raise ValueError(
-            f"{nproc * nnodes} processes is too many for this machine ({os.cpu_count()} CPU cores; at most "
-            f"{limit} per launch). Use fewer ranks, or pass max_procs_override= if you really mean it."
-        )
-    if backend not in ("auto", "gloo", "nccl"):
+        raise TooManyProcesses(nproc * nnodes, limit)
+    if backend not in BACKENDS:
         raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
     if backend == "nccl":
         import torch  # only here: checking GPUs needs torch
 
         n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus and "CUDA_VISIBLE_DEVICES" in gpus:  # the course-wide choice limits what ranks see
+            n_gpu = min(n_gpu, len([g for g in gpus["CUDA_VISIBLE_DEVICES"].split(",") if g]))
         if n_gpu < nproc:
             raise ValueError(f"backend='nccl' needs one GPU per rank: nproc={nproc}, GPUs available={n_gpu}. "
                              "Use backend='auto' (picks gloo on CPU) or fewer ranks.")
@@ -157,7 +175,7 @@ def _pump(idx: int, stream, q: "queue.Queue[tuple[int, str | None]]") -> None:
 
 
 def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any] | None = None, *,
-           nnodes: int = 1, backend: str = "auto", timeout: float = 120.0,
+           nnodes: int = 1, backend: str | None = None, timeout: float = 120.0,
            collective_timeout: float | None = None, env: Mapping[str, str] | None = None,
            threads: int = 1, stream: bool = True, check: bool = True, run_dir: str | None = None,
            max_procs_override: int | None = None, **unknown: Any) -> RunResult:
@@ -168,7 +186,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     args: the program's own arguments: its config dataclass instance (``HelloConfig(size=4)``),
         a dict (``{"steps": 3}`` -> ``--steps 3``) or a list of strings.
     nnodes: > 1 starts that many torchrun agents on loopback joined by c10d rendezvous.
-    backend: ``"auto"`` (NCCL when every rank has a GPU, else gloo), ``"gloo"`` or ``"nccl"``.
+    backend: ``"auto"`` (NCCL when every rank has a GPU, else gloo), ``"gloo"`` or ``"nccl"``;
+        default: :func:`default_backend` (``$DISTTUTOR_DEFAULT_BACKEND``, else ``"auto"``).
     timeout: wall-clock seconds for the whole job; then every process is killed.
     collective_timeout: seconds any one collective may wait (default: the runtime's 60 s).
     threads: ``OMP_NUM_THREADS`` per rank (1 keeps CPU ranks from fighting over cores).
@@ -183,7 +202,10 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
         sugg = {k: difflib.get_close_matches(k, _OPTIONS, n=1) for k in unknown}
         hint = "; ".join(f"{k} -> did you mean {v[0]!r}?" for k, v in sugg.items() if v)
         raise TypeError(f"launch() got unknown option(s): {bad}. {hint} Valid options: {', '.join(_OPTIONS)}.")
-    _validate(nproc, nnodes, backend, timeout, env, threads, max_procs_override or max_procs())
+    if backend is None:
+        backend = default_backend()[0]
+    gpus = gpus_env()
+    _validate(nproc, nnodes, backend, timeout, env, threads, max_procs_override or max_procs(), gpus)
     name, target = resolve_program(program)
     argv = _as_argv(args)
 
@@ -196,7 +218,9 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
         "PYTHONUNBUFFERED": "1",           # lines reach the cell as they are printed
         contract.ENV_RUN_DIR: run_dir,
         contract.ENV_BACKEND: backend,
+        contract.ENV_LAUNCHER_PID: str(os.getpid()),
         "TORCH_CPP_LOG_LEVEL": child_env.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
+        **gpus,
     })
     if collective_timeout is not None:
         child_env[contract.ENV_COLLECTIVE_TIMEOUT] = str(float(collective_timeout))
@@ -208,6 +232,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     agent_log: list[str] = []
     t0 = time.perf_counter()
     outcome, err, bar = "finished", None, None
+    shown = Display(stream)
     labels: dict[tuple[int, int], str] = {}
     try:
         for node in range(nnodes):
@@ -216,7 +241,9 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
                 cmd, env={**child_env, contract.ENV_AGENT: str(node)}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us, and we stop the tree in order
-                preexec_fn=tie_to_parent if PRCTL else None)
+                # SIGTERM, not SIGKILL: torchrun stops its ranks on SIGTERM; its watchdog
+                # (disttutor._torchrun) finishes the job if that shutdown hangs.
+                preexec_fn=functools.partial(tie_to_parent, signal.SIGTERM, os.getpid()) if PRCTL else None)
             procs.append(p)
             threading.Thread(target=_pump, args=(node, p.stdout, q), daemon=True).start()
         open_streams, deadline = nnodes, t0 + timeout
@@ -241,7 +268,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
                 continue
             logs.setdefault((node, local), []).append(text)
             if stream:
-                print(f"[{_label(labels, node, local, nnodes, run_dir)}] {text}", flush=True)
+                shown.line(_label(labels, node, local, nnodes, run_dir), text)
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.perf_counter()))
     except (TimeoutError, subprocess.TimeoutExpired):
@@ -256,6 +283,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()
+    shown.close()
     for p in procs:
         p.wait()
     result = collect(name, nproc, nnodes, [p.returncode for p in procs], logs, agent_log, run_dir, wall, outcome)
@@ -268,43 +296,3 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     if err is not None and (check or outcome == "interrupted"):
         raise err
     return result
-
-
-def _label(labels: dict, node: int, local: int, nnodes: int, run_dir: str) -> str:
-    """``rank R`` for a line from (agent, local rank).
-
-    With several agents, c10d rendezvous numbers them by (address, pid), not by
-    ``--node-rank``, so the global rank is looked up in the ranks' reports
-    (written at setup); until one appears the line is labelled by agent.
-    """
-    if (node, local) in labels:
-        return labels[(node, local)]
-    if nnodes == 1:
-        labels[(node, local)] = f"rank {local}"
-    else:
-        for rank, rep in read_reports(run_dir).items():
-            if (rep.get("agent"), rep.get("local_rank")) == (node, local):
-                labels[(node, local)] = f"rank {rank}"
-                break
-        else:
-            return f"agent {node} local {local}"
-    return labels[(node, local)]
-
-
-def _progress(bar, payload: str, show: bool):
-    """Turn a rank-0 ``runtime.progress`` line into a tqdm bar (widget in Jupyter, text in a terminal)."""
-    if not show:
-        return bar
-    try:
-        d = json.loads(payload)
-    except ValueError:
-        return bar
-    if bar is None:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=d["total"], desc=d.get("desc") or "rank 0", leave=False)
-    bar.n = d["step"]
-    if d.get("metrics"):
-        bar.set_postfix(d["metrics"], refresh=False)
-    bar.refresh()
-    return bar

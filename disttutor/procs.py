@@ -3,14 +3,18 @@ kernel's life, and kill a whole job tree on timeout or interrupt.
 
 Why both: torchrun starts its workers in their own sessions, so killing
 torchrun's process group misses them, and a SIGKILLed kernel runs no cleanup
-code at all. The kernel-side answer is ``PR_SET_PDEATHSIG`` (Linux); the
+code at all. The kernel-side answer is :func:`tie_to_parent`
+(``PR_SET_PDEATHSIG``, Linux) plus :func:`watch_parent` inside the agent; the
 launcher-side answer is :func:`kill_tree`, which snapshots the tree first.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
-from typing import Iterable
+import threading
+import time
+from typing import Callable, Iterable
 
 
 def _make_prctl():
@@ -39,12 +43,58 @@ def die_with_parent(sig: int) -> bool:
     return True
 
 
-def tie_to_parent() -> None:
-    """``preexec_fn`` for torchrun: SIGTERM it when the kernel dies.
+def tie_to_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> bool:
+    """This process gets ``sig`` when its parent dies, and exits now if it already has.
 
-    torchrun handles SIGTERM by stopping its workers, so the whole job follows the kernel.
+    The one way every process of a job follows the one that started it:
+    torchrun follows the kernel (``sig=SIGTERM``, so it can stop its ranks, and
+    :func:`watch_parent` in case that stop never finishes); ranks follow
+    torchrun (``SIGKILL``: nobody is left to read a graceful exit).
+    ``parent`` is the pid we expect as parent (None: any but init). Checking it
+    after ``prctl`` closes the race where the parent died just before the
+    request took effect: then no signal would ever come.
+    Safe as a ``preexec_fn`` (``functools.partial(tie_to_parent, SIGTERM, os.getpid())``).
     """
-    die_with_parent(signal.SIGTERM)
+    ok = die_with_parent(sig)
+    ppid = os.getppid()
+    if (ppid != parent) if parent is not None else ppid == 1:
+        os._exit(1)
+    return ok
+
+
+def watch_parent(parent: int, on_orphan: Callable[[], None], poll_s: float = 0.1) -> threading.Thread:
+    """Call ``on_orphan()`` from a daemon thread as soon as ``parent`` is no longer our parent.
+
+    Why a thread on top of ``PR_SET_PDEATHSIG``: the signal only *starts* a
+    shutdown, which runs in the main thread and can get stuck (torchrun's
+    ``--tee`` tail threads are joined at exit and never stop once the kernel's
+    pipe is gone). A polling daemon thread keeps running while the main thread
+    waits, so it can end the job whatever the main thread is doing.
+    """
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        on_orphan()
+
+    t = threading.Thread(target=watch, name="disttutor-parent-watch", daemon=True)
+    t.start()
+    return t
+
+
+def kill_descendants_and_exit(code: int = 1) -> None:
+    """SIGKILL every descendant of this process (ranks and their children), then ``os._exit``."""
+    import psutil
+
+    try:
+        kids = psutil.Process().children(recursive=True)  # snapshot first: ranks live in their own sessions
+    except psutil.Error:
+        kids = []
+    for p in kids:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    os._exit(code)  # no atexit, no thread joins: they are what can hang
 
 
 def tree(pids: Iterable[int]):

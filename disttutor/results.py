@@ -6,12 +6,61 @@ wrote and the lines they printed.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 #: How a rank ended. "ok" and "error" come from the rank itself; the others
 #: are what the launcher saw happen to it.
 STATUSES = ("ok", "error", "stopped", "stuck", "interrupted")
+
+#: Why an "error" rank failed, as far as it knows: its own fault ("self"), a
+#: peer that never came to a collective ("wait"), or a peer that died in one ("peer").
+BLAMES = ("self", "wait", "peer")
+_BLAME_WORDS = {"self": "error", "wait": "timed out waiting for another rank",
+                "peer": "failed because another rank died"}
+
+# Gloo's C++ messages: "[/__w/pytorch/.../pair.cc:537] Read error ... Check the logs ... GLHF! 🏖️"
+_CPP_WHERE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
+_CPP_BOILERPLATE = re.compile(r"\s*This is typically caused by .*$", re.S)
+_ARGPARSE = re.compile(r"^\S+: error: ")
+
+
+def readable_error(raw: str | None, width: int = 240) -> str | None:
+    """One line a learner can read: no C++ source locations, no "GLHF!" boilerplate, bounded length.
+
+    The raw text stays in :attr:`RankResult.raw_error` (and the rank's log).
+    """
+    if raw is None:
+        return None
+    text = _CPP_BOILERPLATE.sub("", _CPP_WHERE.sub("", raw)).strip()
+    text = " ".join(text.splitlines()[0].split()) if text else raw.strip()
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b(?::\s.*)?$")
+
+
+def is_exception_line(line: str) -> bool:
+    """``"RuntimeError: ..."``: the last line of a Python traceback."""
+    return bool(_EXCEPTION_LINE.match(line.strip()))
+
+
+def blame_of(text: str) -> str:
+    """Who caused an error, judged from its text: "wait" (a peer never came to a
+    collective), "peer" (a peer died in one) or "self". Used by the ranks
+    (:mod:`disttutor.runtime`) and, for ranks that could not report, by the launcher."""
+    low = text.lower()
+    if "timed out" in low or "timeout" in low:
+        return "wait"
+    if "connection closed by peer" in low or "connection reset" in low or "broken pipe" in low:
+        return "peer"
+    return "self"
+
+
+def is_usage_error(line: str) -> bool:
+    """``"hello.py: error: unrecognized arguments: --x"``: argparse rejected the command line."""
+    return bool(_ARGPARSE.match(line))
 
 
 @dataclass
@@ -22,9 +71,24 @@ class RankResult:
     results: dict[str, Any]
     log: list[str]
     info: dict[str, Any] = field(default_factory=dict)  # backend, device, local_rank, pid, ...
+    raw_error: str | None = None  # the full text behind ``error`` (gloo's C++ message, ...)
+    blame: str | None = None      # for "error": one of BLAMES (who the rank says caused it)
+    evidence: str = "report"      # where status/error came from: "report", "log", "exit" or "launcher"
 
     def last_lines(self, n: int = 3) -> list[str]:
         return [ln for ln in self.log if ln.strip()][-n:]
+
+    @property
+    def label(self) -> str:
+        """``"error"``, or how the failure came from elsewhere (``"failed because another rank died"``)."""
+        if self.status == "error":
+            return _BLAME_WORDS.get(self.blame or "self", "error")
+        return self.status
+
+    @property
+    def said_why(self) -> bool:
+        """Did the rank itself say what went wrong (then its last lines add nothing)?"""
+        return self.status == "error" and self.evidence in ("report", "log")
 
 
 @dataclass
@@ -71,19 +135,49 @@ class RunResult:
         """A rank-sorted text table of :meth:`rows` (deterministic: no timings unless asked)."""
         return format_table(self.rows(*keys))
 
+    def culprits_first(self) -> list[RankResult]:
+        """Ranks in the order a reader needs them: who failed on its own first, then
+        the ranks that failed because of it, then those stopped or stuck, then the fine ones."""
+        order = {("error", "self"): 0, ("error", "wait"): 1, ("error", "peer"): 1,
+                 ("stuck", None): 2, ("interrupted", None): 2, ("stopped", None): 3, ("ok", None): 4}
+        key = lambda r: (order.get((r.status, (r.blame or "self") if r.status == "error" else None), 2), r.rank)  # noqa: E731
+        return sorted(self.ranks, key=key)
+
+    def headline(self) -> str:
+        """What happened, in one line, culprit first."""
+        groups: dict[str, list[int]] = {}
+        for r in self.culprits_first():
+            if r.status != "ok":
+                groups.setdefault(r.label, []).append(r.rank)
+        usage = [r for r in self.ranks if r.status == "error" and r.error and is_usage_error(r.error)]
+        if usage and len(usage) == len([r for r in self.ranks if r.status != "ok"]):
+            who = "every rank" if len(usage) == self.world_size else _ranks(r.rank for r in usage)
+            return f"{who} rejected the program's arguments -- {usage[0].error}"
+        return "; ".join(f"{label}: {_ranks(rs)}" for label, rs in groups.items())
+
     def summary(self, lines: int = 3) -> str:
-        """Which ranks ended how, with the last lines of each that did not end well."""
+        """Which ranks ended how, culprit first: one readable line each, then the last
+        lines of ranks that did not say themselves what went wrong."""
         head = {"finished": "finished", "timeout": "timed out", "interrupted": "was interrupted"}[self.outcome]
         out = [f"{self.program} on {self.world_size} rank(s) {head}"
                + ("" if self.outcome != "finished" else (" ok" if self.ok else f" with exit code {self.returncode}"))]
-        for r in self.ranks:
+        shown: set[tuple] = set()
+        for r in self.culprits_first():
+            same = [q.rank for q in self.ranks if q.status == r.status and q.error == r.error and q.error]
+            if r.status == "error" and len(same) > 1 and r.said_why:  # e.g. every rank's argparse error: once
+                if (r.status, r.error) in shown:
+                    continue
+                shown.add((r.status, r.error))
+                out.append(f"  {_ranks(same)}: {r.status} -- {r.error}")
+                continue
             out.append(f"  rank {r.rank}: {r.status}" + (f" -- {r.error}" if r.error else ""))
-            if r.status != "ok":
+            if r.status != "ok" and not r.said_why:
                 out += [f"      | {ln}" for ln in r.last_lines(lines)]
-        if not self.ok and not any(r.status == "error" for r in self.ranks):
+        if self.outcome == "finished" and not self.ok and not any(r.status == "error" for r in self.ranks):
             # No rank said what went wrong: torchrun itself may have (e.g. a bad argument).
             said = [ln for ln in self.agent_log if "error" in ln.lower()][-lines:]
-            out += ["  torchrun said:"] + [f"      | {ln}" for ln in said]
+            if said:
+                out += ["  torchrun said:"] + [f"      | {ln}" for ln in said]
         return "\n".join(out)
 
     def raise_for_status(self) -> "RunResult":
@@ -94,6 +188,11 @@ class RunResult:
     def __repr__(self) -> str:
         return (f"RunResult(program={self.program!r}, world_size={self.world_size}, outcome={self.outcome!r}, "
                 f"ok={self.ok}, wall_s={self.wall_s:.2f})")
+
+
+def _ranks(ranks) -> str:
+    rs = list(ranks)
+    return f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -120,9 +219,7 @@ class LaunchError(RuntimeError):
 
     def __init__(self, result: RunResult, what: str):
         self.result = result
-        groups = {st: result.ranks_with(st) for st in STATUSES[1:]}
-        named = "; ".join(f"{st}: rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
-                          for st, rs in groups.items() if rs)
+        named = result.headline()
         super().__init__(f"{result.program} {what}" + (f" ({named})" if named else "") + "\n" + result.summary())
 
 

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from . import contract, procs
+from .results import blame_of
 
 # Collectives that wait longer than this fail instead of hanging. Gloo's
 # default is 30 minutes, far too long for a learner staring at a cell.
@@ -132,7 +133,7 @@ def run_dir() -> str | None:
 _run_dir = run_dir
 
 
-def _write_report(ctx: Context, status: str, error: str | None = None) -> None:
+def _write_report(ctx: Context, status: str, error: str | None = None, blame: str | None = None) -> None:
     """Write ``rank{r}.json`` atomically (the launcher may read it at any moment)."""
     run_dir = _run_dir()
     if run_dir is None:
@@ -148,6 +149,7 @@ def _write_report(ctx: Context, status: str, error: str | None = None) -> None:
         "agent": int(os.environ.get(contract.ENV_AGENT, "0")),  # which torchrun agent (simulated node)
         "status": status,
         "error": error,
+        "blame": blame,  # who caused the error, as far as this rank can tell
         "results": ctx.results,
     }
     path = contract.report_path(run_dir, ctx.env.rank)
@@ -180,22 +182,33 @@ def summarize(t: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def tie_to_parent() -> None:
+# One function, one meaning (procs.tie_to_parent): "get SIGKILL when my parent dies".
+# Kept under this name for programs whose own children follow them (chapter 5's mp.spawn).
+tie_to_parent = procs.tie_to_parent
+
+
+def _follow_agent() -> None:
     """Die with torchrun: if the agent is SIGKILLed, its workers would otherwise
-    live on in their own sessions, holding ports and CPU."""
-    if procs.die_with_parent(signal.SIGKILL) and os.getppid() == 1:
-        os._exit(1)  # the parent died before prctl took effect
+    live on in their own sessions, holding ports and CPU. SIGKILL, because no
+    one is left to read a graceful exit. The agent told us its pid."""
+    agent = os.environ.get(contract.ENV_AGENT_PID)
+    procs.tie_to_parent(signal.SIGKILL, int(agent) if agent else None)
 
 
-def _explain(exc: BaseException, timeout_s: float) -> str:
+def _explain(exc: BaseException, timeout_s: float) -> tuple[str, str]:
+    """``(message, blame)`` for a rank's report; blame is "wait", "peer" or "self".
+
+    The message keeps the exception's full text (the launcher shows a readable
+    one-line form and keeps this as ``RankResult.raw_error``).
+    """
     msg = f"{type(exc).__name__}: {exc}".strip()
-    low = msg.lower()
-    if "timed out" in low or "timeout" in low:
-        msg = (f"a collective waited more than {timeout_s:g}s for the other ranks (one of them never joined "
-               f"it, or died) -- {msg.splitlines()[0]}")
-    elif "connection closed by peer" in low or "connection reset" in low or "broken pipe" in low:
-        msg = f"another rank died in the middle of a collective -- {msg.splitlines()[0]}"
-    return msg
+    blame = blame_of(msg)
+    if blame == "wait":
+        return (f"a collective waited more than {timeout_s:g}s for the other ranks (one of them never joined "
+                f"it, or died) -- {msg.splitlines()[0]}"), blame
+    if blame == "peer":
+        return f"another rank died in the middle of a collective -- {msg.splitlines()[0]}", blame
+    return msg, blame
 
 
 @contextlib.contextmanager
@@ -210,7 +223,7 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
     """
     global _CTX
     env = DistEnv.from_environ()
-    tie_to_parent()
+    _follow_agent()
     timeout_s = float(timeout_s or os.environ.get(contract.ENV_COLLECTIVE_TIMEOUT) or DEFAULT_COLLECTIVE_TIMEOUT_S)
     if init_group:
         be, device = pick_backend(backend, env.local_world_size, env.local_rank)
@@ -235,7 +248,7 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
         if isinstance(exc, SystemExit) and not exc.code:
             _write_report(ctx, "ok")
             raise
-        _write_report(ctx, "error", _explain(exc, timeout_s))
+        _write_report(ctx, "error", *_explain(exc, timeout_s))
         raise  # Python prints the traceback once, in this rank's log
     finally:
         _CTX = None
@@ -267,7 +280,7 @@ def rpc_setup(names: list[str] | None = None, rpc_timeout: float = 20.0,
     if not rpc.is_available():
         raise RuntimeError("this torch build has no torch.distributed.rpc (missing on some Windows/macOS builds)")
     env = DistEnv.from_environ()
-    tie_to_parent()
+    _follow_agent()
     names = names or [f"worker{r}" for r in range(env.world_size)]
     ctx = Context(env=env, backend="rpc/tensorpipe", device=torch.device("cpu"), timeout_s=rpc_timeout,
                   results={"warnings": []})
@@ -284,19 +297,19 @@ def rpc_setup(names: list[str] | None = None, rpc_timeout: float = 20.0,
     _write_report(ctx, "running")
     options = rpc.TensorPipeRpcBackendOptions(init_method="env://", rpc_timeout=rpc_timeout,
                                               num_worker_threads=num_worker_threads)
-    status, error = "running", None
+    status, error, blame = "running", None, None
     try:
         rpc.init_rpc(names[env.rank], rank=env.rank, world_size=env.world_size, rpc_backend_options=options)
         yield ctx
         status = "ok"
     except BaseException as exc:
-        status, error = "error", _explain(exc, rpc_timeout)
+        status, (error, blame) = "error", _explain(exc, rpc_timeout)
         raise
     finally:
         with contextlib.suppress(Exception):
             rpc.shutdown(graceful=True)
         _CTX = None
-        _write_report(ctx, status, error)
+        _write_report(ctx, status, error, blame)
 
 
 def context() -> Context:

@@ -42,8 +42,10 @@ def test_hung_collective_fails_within_collective_timeout_naming_ranks(no_leftove
     assert "skipping the all-reduce" in res.ranks[1].log[-1]
     # Startup (~5 s, more on a loaded machine) + the 3 s collective timeout, nowhere near gloo's 30 min.
     assert wall < 60
-    with pytest.raises(LaunchError, match=r"error: rank 0; stopped: rank 1"):
+    # The headline says why rank 0 failed (it waited for another rank), not just "error".
+    with pytest.raises(LaunchError, match=r"timed out waiting for another rank: rank 0; stopped: rank 1"):
         res.raise_for_status()
+    assert res.ranks[0].blame == "wait"
 
 
 def test_wall_timeout_kills_everything_and_names_stuck_ranks(no_leftovers):

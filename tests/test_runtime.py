@@ -71,8 +71,9 @@ def test_exercise_source_round_trip(tmp_path):
 
 
 def test_result_table_and_summary_are_deterministic():
-    ranks = [RankResult(r, "ok" if r else "error", None if r else "boom", {"loss": 0.5 * r}, [f"line {r}"])
-             for r in range(3)]
+    # evidence="exit": the rank died without saying why, so its last lines are shown.
+    ranks = [RankResult(r, "ok" if r else "error", None if r else "boom", {"loss": 0.5 * r}, [f"line {r}"],
+                        evidence="exit") for r in range(3)]
     res = RunResult("prog", 3, 1, 1, 1.234, ranks, [], "/tmp/x")
     assert res.table("loss").splitlines()[2].split() == ["0", "error", "0"]
     assert "rank 0: error -- boom" in res.summary() and "| line 0" in res.summary()

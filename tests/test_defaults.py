@@ -1,0 +1,75 @@
+"""Course-wide defaults a teacher sets before JupyterLab starts (issue 8 item 4), and the
+user-script wrapper's timeout default (issue 16 item 4). No processes are started here."""
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+
+import pytest
+
+import disttutor
+from disttutor import _script, contract
+
+
+def test_default_backend_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(contract.ENV_DEFAULT_BACKEND, raising=False)
+    assert disttutor.default_backend()[0] == "auto"
+    monkeypatch.setenv(contract.ENV_DEFAULT_BACKEND, "gloo")
+    value, where = disttutor.default_backend()
+    assert value == "gloo" and contract.ENV_DEFAULT_BACKEND in where
+    monkeypatch.setenv(contract.ENV_DEFAULT_BACKEND, "mpi")
+    with pytest.raises(ValueError, match="DISTTUTOR_DEFAULT_BACKEND='mpi' is not a backend"):
+        disttutor.default_backend()
+
+
+def _captured_env(monkeypatch, **launch_kwargs) -> dict:
+    """Run launch() up to starting torchrun, and return the environment it would give it."""
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_popen(cmd, env=None, **kw):
+        seen.update(env)
+        raise Stop
+
+    monkeypatch.setattr(subprocess, "Popen", fake_popen)
+    with pytest.raises(Stop):
+        disttutor.launch("hello", 2, **launch_kwargs)
+    return seen
+
+
+def test_teacher_default_reaches_every_launch_and_an_explicit_backend_wins(monkeypatch, tmp_path):
+    monkeypatch.setenv(contract.ENV_DEFAULT_BACKEND, "gloo")
+    monkeypatch.setenv(contract.ENV_GPUS, "0,1")
+    env = _captured_env(monkeypatch, run_dir=str(tmp_path / "a"))
+    assert env[contract.ENV_BACKEND] == "gloo"      # launch() no longer overwrites it with "auto"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    env = _captured_env(monkeypatch, backend="auto", run_dir=str(tmp_path / "b"))
+    assert env[contract.ENV_BACKEND] == "auto"
+    monkeypatch.setenv(contract.ENV_GPUS, "none")
+    assert _captured_env(monkeypatch, run_dir=str(tmp_path / "c"))["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.setenv(contract.ENV_GPUS, "first")
+    with pytest.raises(ValueError, match="DISTTUTOR_GPUS='first'"):
+        disttutor.launch("hello", 2)
+
+
+def test_script_wrapper_defaults_only_a_missing_timeout():
+    calls = []
+
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1):
+        calls.append(timeout)
+
+    wrapped = _script.default_timeout(init_process_group, 5.0)
+    wrapped("gloo")
+    wrapped(backend="gloo", timeout=dt.timedelta(seconds=99))     # the script's own choice wins
+    wrapped("gloo", None, dt.timedelta(seconds=7))                 # ...also when passed positionally
+    assert calls == [dt.timedelta(seconds=5), dt.timedelta(seconds=99), dt.timedelta(seconds=7)]
+    assert wrapped.__name__ == "init_process_group"
+
+
+def test_script_path_runs_through_the_wrapper(tmp_path):
+    script = tmp_path / "mine.py"
+    script.write_text("")
+    name, target = disttutor.resolve_program(str(script))
+    assert target == ["-m", "disttutor._script", str(script)]
