@@ -126,7 +126,7 @@ def clipped_norm(unscale_first: bool) -> float:
     lin = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(lin.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
-    scaler.scale(lin(torch.randn(4, 8)).pow(2).mean()).backward()
+    scaler.scale((10 * lin(torch.randn(4, 8))).pow(2).mean()).backward()  # true gradient norm >> 1
     if unscale_first:
         scaler.unscale_(opt)
     torch.nn.utils.clip_grad_norm_(lin.parameters(), max_norm=1.0)
@@ -236,11 +236,16 @@ print(check_no_sync(NoSyncDDP))
 # `disttutor/programs/comm_hooks.py` trains the same model 30 steps with each hook on 2 ranks and
 # counts the bytes every hook hands to `dist.all_reduce` (bf16 is fp16's sibling; PowerSGD sends a
 # rank-1 approximation of each gradient matrix, with error feedback; `scratch` is
-# `disttutor/scratch/compress.py`).
+# `disttutor/scratch/compress.py`). One surprise the run reports: torch **refuses** the bf16 hook
+# unless the backend is NCCL 2.10+, so on this CPU/gloo machine its row says so instead of a number.
 
 # %%
 hooks = disttutor.launch("comm_hooks", nproc=2, **LAUNCH)
-hrows = {r["hook"]: r for r in hooks.results[0]["rows"]}
+allrows = {r["hook"]: r for r in hooks.results[0]["rows"]}
+for h, r in allrows.items():
+    if "refused" in r:
+        print(f"{h:9}  refused by torch here: {r['refused']}")
+hrows = {h: r for h, r in allrows.items() if "refused" not in r}  # the hooks that ran
 base = hrows["allreduce"]
 for r in hrows.values():
     print(f"{r['hook']:9}  {r['bytes_per_step']:8.0f} bytes/step ({r['bytes_per_step'] / base['bytes_per_step']:.3f}x)"
@@ -249,14 +254,18 @@ for r in hrows.values():
 # %% tags=["nbval-check-output"]
 print("gradient bytes (fp32):", base["grad_bytes"], "| fp32 hook sends:", int(base["bytes_per_step"]))
 assert base["bytes_per_step"] == base["grad_bytes"]                       # fp32: every gradient byte, once
+if hooks.results[0]["backend"] == "gloo":
+    assert "refused" in allrows["bf16"]                                    # bf16 hook: NCCL only
 for h in ("fp16", "bf16", "scratch"):
-    assert hrows[h]["bytes_per_step"] == base["grad_bytes"] / 2, h         # 2-byte floats: exactly half
+    if h in hrows:
+        assert hrows[h]["bytes_per_step"] == base["grad_bytes"] / 2, h     # 2-byte floats: exactly half
 assert hrows["powersgd"]["bytes_per_step"] < 0.25 * base["grad_bytes"]     # rank-1 factors: far less
 assert hrows["powersgd"]["bytes_first_step"] == base["grad_bytes"]        # its warm-up steps are plain
 assert all(r["replicas_equal"] for r in hrows.values())                    # every hook keeps replicas equal
 # fp16/bf16 rounding of gradients barely changes 30 steps; PowerSGD's error feedback keeps it on course.
 for h, tol in (("fp16", 0.01), ("bf16", 0.02), ("scratch", 0.01), ("powersgd", 0.25)):
-    assert abs(hrows[h]["loss"][-1] - base["loss"][-1]) <= tol * base["loss"][-1], h
+    if h in hrows:
+        assert abs(hrows[h]["loss"][-1] - base["loss"][-1]) <= tol * base["loss"][-1], h
 print("checked: bytes exact, replicas equal, losses close")
 
 # %%

@@ -31,7 +31,7 @@ class AMPConfig:
     steps: int = opt(40, "optimiser steps per precision")
     batch: int = opt(64, "GLOBAL batch per step (split over ranks)")
     samples: int = opt(1024, "dataset size")
-    lr: float = opt(0.02, "SGD learning rate")
+    lr: float = opt(0.1, "SGD learning rate")
     clip: float = opt(1.0, "max gradient norm (clipped after unscaling)")
     bf16_on_cuda: bool = opt(False, "on CUDA use bf16 instead of fp16 + GradScaler")
     seed: int = opt(0, "model and data seed")

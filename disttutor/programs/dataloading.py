@@ -34,7 +34,7 @@ class DecodeDataset(Dataset):
     def __init__(self, n: int = 256, side: int = 96, seed: int = 0):
         g = torch.Generator().manual_seed(seed)
         # Smooth-ish data compresses like real images do (pure noise would not compress at all).
-        base = torch.randint(0, 64, (n, side, side), generator=g, dtype=torch.int16).cumsum(-1)
+        base = torch.randint(0, 64, (n, side, side), generator=g, dtype=torch.int16).cumsum(-1).to(torch.int16)
         self.side = side
         self.blobs = [zlib.compress(b.numpy().tobytes(), 6) for b in base]
 

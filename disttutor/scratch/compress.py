@@ -8,20 +8,20 @@ fp16 instead of fp32, and converts back when the all-reduce is done. It is what
 
     ddp.register_comm_hook(state=None, hook=fp16_compress_hook)
 """
-from __future__ import annotations
-
 import torch
 import torch.distributed as dist
 
 
-def fp16_compress_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+# No annotations on purpose: DDP inspects them and accepts only the real dist.GradBucket /
+# Future[Tensor] objects, not the strings `from __future__ import annotations` would leave.
+def fp16_compress_hook(state, bucket):
     buffer = bucket.buffer()
     # Divide BEFORE compressing: the sum of n fp16 gradients may overflow fp16's max (65504);
     # the sum of n gradients already divided by n stays in range.
     compressed = (buffer / dist.get_world_size()).to(torch.float16)
     fut = dist.all_reduce(compressed, async_op=True).get_future()
 
-    def decompress(f: torch.futures.Future) -> torch.Tensor:
+    def decompress(f):
         buffer.copy_(f.value()[0])  # fp16 -> fp32, in place: DDP reads the bucket back from here
         return buffer
 

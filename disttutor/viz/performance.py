@@ -12,8 +12,9 @@ def plot_ranges(ax=None):
         fi = torch.finfo(dt)
         lo, tiny, hi = torch.log2(torch.tensor(fi.smallest_normal * fi.eps)), torch.log2(torch.tensor(fi.tiny)), \
             torch.log2(torch.tensor(fi.max))
-        ax.plot([lo, hi], [i, i], lw=6, alpha=0.35)
-        ax.plot([tiny, hi], [i, i], lw=6, label=f"{str(dt)[6:]}: {-int(torch.log2(torch.tensor(fi.eps)))} mantissa bits")
+        ax.plot([lo, hi], [i, i], lw=6, alpha=0.35, color=f"C{i}")
+        ax.plot([tiny, hi], [i, i], lw=6, color=f"C{i}", label=f"{str(dt)[6:]}: {-int(torch.log2(torch.tensor(fi.eps)))} mantissa bits")
+    ax.axvline(torch.log2(torch.tensor(1e-8)).item(), color="k", ls=":", label="a gradient of 1e-8")
     ax.set_yticks(range(3), ["fp16", "bf16", "fp32"])
     ax.set_xlabel("log2 |x| (pale: subnormals)")
     ax.set_title("range: bf16 ~ fp32, fp16 much narrower; precision: bf16 < fp16 < fp32")
