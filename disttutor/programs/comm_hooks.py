@@ -106,8 +106,8 @@ def train(name: str, cfg: HookConfig, ctx, data, rec: perf.CommRecorder) -> dict
         losses.append(loss.item())
     params = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
     grad_bytes = sum(p.numel() * p.element_size() for p in ddp.parameters())
-    return dict(hook=name, loss=losses, bytes_per_step=nbytes[POWERSGD_START:] and
-                sum(nbytes[POWERSGD_START:]) / len(nbytes[POWERSGD_START:]),
+    steady = nbytes[POWERSGD_START:] or nbytes  # after PowerSGD's plain warm-up steps (same for the others)
+    return dict(hook=name, loss=losses, bytes_per_step=sum(steady) / len(steady),
                 bytes_first_step=nbytes[0], calls_per_step=calls[-1], grad_bytes=grad_bytes,
                 param_sha=runtime.summarize(params)["sha1"])
 
@@ -144,7 +144,7 @@ def run(cfg: HookConfig) -> None:
         with perf.CommRecorder() as rec:
             for i, name in enumerate(names):
                 rows[name] = train(name, cfg, ctx, data, rec)
-                runtime.progress(i + 1, len(names), desc="comm hooks", loss=rows[name]["loss"][-1])
+                runtime.progress(i + 1, len(names), desc="comm hooks")
         # Every replica must hold identical parameters, whatever the hook (it all-reduced the same thing).
         shas = [None] * ctx.world_size
         dist.all_gather_object(shas, {k: r.get("param_sha") for k, r in rows.items()})
