@@ -35,6 +35,14 @@ EXERCISES: tuple[Exercise, ...] = (
              "disttutor.checks.ddp:check_naive_ddp", "solutions/ex4_1_naive_ddp.py"),
     Exercise("4.2", 4, "bucketed, overlapped DDP", "OverlappedDDP",
              "disttutor.checks.ddp:check_bucketed_ddp", "solutions/ex4_2_bucketed_ddp.py"),
+    Exercise("8.1", 8, "no_sync() for the from-scratch bucketed DDP", "NoSyncDDP",
+             "disttutor.checks.perf:check_no_sync", "solutions/ex8_1_no_sync.py",
+             ("a flag set by no_sync() and restored when it exits (contextlib.contextmanager, try/finally)",
+              "override _grad_ready: while the flag says 'no sync', return without super()._grad_ready(p)")),
+    Exercise("8.2", 8, "a gradient-compression communication hook", "fp16_compress_hook",
+             "disttutor.checks.perf:check_compress_hook", "solutions/ex8_2_compress_hook.py",
+             ("divide by the world size, convert to fp16, dist.all_reduce(t, async_op=True).get_future()",
+              "fut.then(fn): copy fut.value()[0] back into bucket.buffer() and return the buffer")),
 )
 
 

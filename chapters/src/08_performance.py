@@ -1,0 +1,368 @@
+# %% [markdown]
+# # Chapter 8 — Performance techniques, each one measured
+#
+# *Article §8: mixed precision, gradient accumulation, communication, data loading.*
+#
+# The article lists four techniques with a code snippet each. Here every one of them runs on real
+# ranks, is **measured** on this machine, and is **checked** against a reference: the number you
+# read below is the number the run produced, and each claim has an `assert` beside it.
+#
+# Two exercises: **8.1** gives chapter 4's from-scratch DDP a `no_sync()`; **8.2** is a gradient
+# compression communication hook written from scratch.
+
+# %% tags=["chapter-header"]
+import disttutor.chapters
+
+disttutor.chapters.header(8)
+
+# %%
+import os
+
+import matplotlib.pyplot as plt
+import torch
+
+import disttutor
+from disttutor import perf
+from disttutor.checks.perf import check_compress_hook, check_no_sync
+from disttutor.viz import performance as viz
+
+print(f"torch {torch.__version__}, {os.cpu_count()} CPU cores, GPUs: {torch.cuda.device_count()}")
+LOAD = os.getloadavg()[0]  # timings below are noisy when the machine is busy: we keep this beside them
+print(f"load average now: {LOAD:.1f} (on {os.cpu_count()} cores)")
+LAUNCH = dict(stream=False, timeout=280)
+
+# %% [markdown]
+# ## 1. Mixed precision (article §8.1)
+#
+# The article writes `from torch.cuda.amp import GradScaler, autocast`. That spelling is
+# **deprecated** (PyTorch warns): it only ever meant CUDA. Today's API names the device, so one
+# loop runs on a CPU and a GPU:
+#
+# | article (deprecated) | today |
+# |---|---|
+# | `torch.cuda.amp.autocast()` | `torch.autocast(device_type, dtype=...)` |
+# | `torch.cuda.amp.GradScaler()` | `torch.amp.GradScaler(device_type)` |
+# | always fp16 | **bf16** on CPU (and on GPUs that have it: no scaler needed); **fp16 + GradScaler** otherwise |
+#
+# `disttutor.perf.precision(device)` makes this choice. Here it picks:
+
+# %%
+prec = perf.precision(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+print(f"autocast dtype: {prec.name}, GradScaler needed: {prec.scaler}")
+
+# %% [markdown]
+# **Why fp16 needs loss scaling.** fp16 has 5 exponent bits: anything below about 6e-8 becomes
+# **zero**. Small gradients do that. The scaler multiplies the loss (hence every gradient) by
+# `2**16` before backward, and divides again — in fp32 — before the step. bf16 has fp32's 8
+# exponent bits: the same range, fewer mantissa bits (less precision), and no underflow here.
+
+# %% tags=["nbval-check-output"]
+g = torch.tensor(1e-8)  # a realistic tiny gradient entry
+print("fp16 of 1e-8:             ", g.half().item())
+print("fp16 of 1e-8 * 2**16:     ", (g * 2**16).half().item())
+print("... back in fp32 / 2**16: ", ((g * 2**16).half().float() / 2**16).item())
+print("bf16 of 1e-8:             ", g.bfloat16().item())
+assert g.half().item() == 0.0                                          # underflow: the gradient is lost
+assert abs((g * 2**16).half().float() / 2**16 - g) / g < 1e-3          # scaled, it survives
+assert g.bfloat16().item() != 0.0                                      # bf16's range keeps it
+
+# %%
+viz.plot_ranges()
+plt.show()
+
+# %% [markdown]
+# **fp32 vs autocast under DDP.** `disttutor/programs/amp.py` trains two DDP replicas of the same
+# seeded model on 2 ranks, on the same batches, one in fp32 and one under `torch.autocast`; their
+# steps alternate, so a busy machine slows both alike. The loop is the article's, in today's API,
+# with clipping in the right place:
+#
+# ```python
+# with torch.autocast(device.type, dtype=prec.dtype):
+#     loss = F.mse_loss(ddp(x).float(), y)
+# scaler.scale(loss).backward()        # DDP all-reduces the scaled gradients
+# scaler.unscale_(opt)                 # FIRST unscale ...
+# clip_grad_norm_(ddp.parameters(), 1.0)   # ... THEN clip (true gradient norms)
+# scaler.step(opt); scaler.update()    # step skipped if inf/NaN appeared
+# ```
+
+# %%
+amp = disttutor.launch("amp", nproc=2, args={"steps": 40}, **LAUNCH)
+a = amp.results[0]
+diff = max(abs(p - q) for p, q in zip(a["loss_fp32"], a["loss_amp"]))
+ratio = a["step_ms_amp"] / a["step_ms_fp32"]
+print(f"device {a['device']}, autocast {a['autocast_dtype']}, scaler {a['scaler']}")
+print(f"loss after {len(a['loss_fp32'])} steps: fp32 {a['loss_fp32'][-1]:.4f}, {a['autocast_dtype']} {a['loss_amp'][-1]:.4f}")
+print(f"largest per-step loss difference: {diff:.2e}")
+print(f"median step: fp32 {a['step_ms_fp32']:.1f} ms, autocast {a['step_ms_amp']:.1f} ms -> ratio {ratio:.2f} "
+      f"(load {os.getloadavg()[0]:.1f})")
+viz.plot_losses({"fp32": a["loss_fp32"], f"{a['autocast_dtype']} autocast": a["loss_amp"]})
+plt.show()
+
+# %% [markdown]
+# The curves lie on top of each other: bf16 rounds every matmul input to 8 mantissa bits (~0.4 %
+# relative), which moves the loss in its third or fourth digit, not its course. The parameters
+# are *not* bit-identical — the rounding is real. Both facts, checked:
+
+# %%
+# bf16 keeps ~3 significant digits: a per-step loss difference above 2 % of the loss would mean
+# the two runs trained differently, not just rounded differently.
+assert diff < 0.02 * max(a["loss_fp32"]), diff
+assert not a["any_param_identical"]   # autocast really ran in lower precision
+if a["device"] == "cpu":
+    print(f"On this CPU, autocast's step takes {ratio:.2f}x the fp32 step. CPU bf16 autocast converts "
+          "weights and activations at every layer; on a tiny model without bf16 matrix units that "
+          "costs more than it saves. On a GPU with tensor cores the same code is typically faster, "
+          "and halves activation memory.")
+
+# %% [markdown]
+# **Clipping with a scaler: the order matters.** With the scaler enabled (fp16's case), gradients
+# are `2**16` times too large until `unscale_`. Clip before that and every gradient is cut to the
+# threshold *in scaled units* — i.e. to 1/65536 of what you meant. Checked here with a real
+# `GradScaler` (it works on CPU too):
+
+# %% tags=["nbval-check-output"]
+def clipped_norm(unscale_first: bool) -> float:
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    scaler.scale((10 * lin(torch.randn(4, 8))).pow(2).mean()).backward()  # true gradient norm >> 1
+    if unscale_first:
+        scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(lin.parameters(), max_norm=1.0)
+    if not unscale_first:
+        scaler.unscale_(opt)
+    return torch.cat([p.grad.reshape(-1) for p in lin.parameters()]).norm().item()
+
+
+right, wrong = clipped_norm(True), clipped_norm(False)
+print(f"unscale then clip: gradient norm {right:.4f}  (<= 1.0, as asked)")
+print(f"clip then unscale: gradient norm {wrong:.2e} (65536x too small)")
+assert abs(right - 1.0) < 1e-4 and abs(wrong * 2**16 - 1.0) < 1e-3
+
+# %% [markdown]
+# ## 2. Gradient accumulation (article §8.2)
+#
+# The article's loop divides each micro-batch loss by `accumulation_steps` and steps every k-th
+# micro-batch. Two things it leaves out:
+#
+# 1. **Under DDP every `backward()` all-reduces.** Accumulating over k micro-batches then costs k
+#    all-reduces per optimiser step — k−1 of them wasted, because only the sum is needed. Wrap the
+#    first k−1 backwards in `ddp.no_sync()` and only the last one communicates.
+# 2. **The leftover.** If the epoch's micro-batch count is not a multiple of k, the article's
+#    `(i + 1) % k == 0` never steps the last few: their gradients stay in `.grad` and are silently
+#    added to the next epoch's first step. Here the leftover group is **stepped**, its loss divided
+#    by its own length.
+#
+# `disttutor/programs/accumulation.py` runs an epoch of 18 micro-batches for k = 1, 2, 4, with and
+# without `no_sync()`, on 2 ranks. It counts all-reduces **from the communication hook** and checks
+# every run against a single process taking one step per group on the group's whole
+# (k times larger) batch.
+
+# %%
+acc = disttutor.launch("accumulation", nproc=2, **LAUNCH)
+rows = acc.results[0]["rows"]
+print(acc.table("all_match_reference"))
+for r in rows:
+    print(f"k={r['k']} no_sync={str(r['no_sync']):5}  groups {r['group_sizes']}  all-reduces per step "
+          f"{r['allreduces']}  {r['ms_per_step']:.1f} ms/step  max rel. error vs reference {r['max_rel_err']:.1e}")
+
+# %% tags=["nbval-check-output"]
+assert all(res["all_match_reference"] for res in acc.results)   # k micro-batches == one k-times-larger batch
+for r in rows:
+    k, full = r["k"], [n for n, s in zip(r["allreduces"], r["group_sizes"]) if s == r["k"]]
+    assert set(full) == {1 if r["no_sync"] else k}, r           # counted, exactly: 1 vs k per step
+    assert sum(r["group_sizes"]) == 18 and r["grads_left"] == 0  # every micro-batch stepped, nothing spills
+k4 = {r["no_sync"]: r for r in rows if r["k"] == 4}
+print("k=4 groups:", k4[True]["group_sizes"], "(the leftover 2 are stepped, not dropped)")
+print("all-reduces per optimiser step at k=4: without no_sync", k4[False]["allreduces"][0],
+      "| with no_sync", k4[True]["allreduces"][0])
+
+# %%
+viz.plot_collectives(rows)
+plt.show()
+saved = 1 - k4[True]["ms_per_step"] / k4[False]["ms_per_step"]
+print(f"k=4 time per optimiser step: {k4[False]['ms_per_step']:.1f} ms without no_sync, "
+      f"{k4[True]['ms_per_step']:.1f} ms with it ({saved:+.0%} saved; load {os.getloadavg()[0]:.1f}). "
+      "This model's gradients are 27 KB: each all-reduce is mostly latency, and on a busy CPU that is noisy. "
+      "With a real model's hundreds of MB the three saved all-reduces dominate.")
+
+# %% [markdown]
+# ### Exercise 8.1 — `no_sync()` for your own DDP
+#
+# Give chapter 4's from-scratch `BucketedDDP` a `no_sync()` context manager. Inside it, a
+# backward must **only accumulate** into `.grad` (no bucket counted, no all-reduce launched);
+# the next backward outside it all-reduces the accumulated gradient once per bucket.
+#
+# `BucketedDDP` calls `self._grad_ready(p)` from a hook each time `p.grad` is complete. The checker
+# trains your wrapper beside torch's DDP with k = 4 micro-batches per step on 2 ranks, counts the
+# all-reduces per optimiser step and compares the parameters after every step.
+#
+# <details><summary>Hint 1</summary>A flag set by <code>no_sync()</code> and restored when it exits
+# (<code>contextlib.contextmanager</code>, <code>try/finally</code>).</details>
+# <details><summary>Hint 2</summary>Override <code>_grad_ready</code>: when the flag says "no sync",
+# return without calling <code>super()._grad_ready(p)</code>. Post-accumulate hooks fire after
+# <code>.grad</code> has been summed, so the last backward sees the whole sum.</details>
+
+# %%
+import contextlib
+
+from disttutor.scratch.ddp import BucketedDDP
+
+
+class NoSyncDDP(BucketedDDP):
+    @contextlib.contextmanager
+    def no_sync(self):
+        raise NotImplementedError("Exercise 8.1: set a flag, yield, restore the flag")
+        yield
+
+    def _grad_ready(self, p):
+        raise NotImplementedError("Exercise 8.1: skip bucketing while no_sync() is active, else super()._grad_ready(p)")
+
+
+# %%
+print(check_no_sync(NoSyncDDP))
+
+# %% [markdown]
+# ## 3. Communication (article §8.3)
+#
+# The article's three levers: accumulate (above), **compress**, and **overlap**. About overlap it
+# says "use `DDP(find_unused_parameters=True)`" — chapter 4 showed that flag does not overlap
+# anything; it *costs* a graph traversal per step and is only for models with unused parameters.
+# Overlap is DDP's default (buckets all-reduced during backward, chapter 4).
+#
+# **Compression.** A communication hook replaces DDP's all-reduce of each bucket. The article's
+# `fp16_compress_hook` still exists, in `torch.distributed.algorithms.ddp_comm_hooks.default_hooks`.
+# `disttutor/programs/comm_hooks.py` trains the same model 30 steps with each hook on 2 ranks and
+# counts the bytes every hook hands to `dist.all_reduce` (bf16 is fp16's sibling; PowerSGD sends a
+# rank-1 approximation of each gradient matrix, with error feedback; `scratch` is
+# `disttutor/scratch/compress.py`). One surprise the run reports: torch **refuses** the bf16 hook
+# unless the backend is NCCL 2.10+, so on this CPU/gloo machine its row says so instead of a number.
+
+# %%
+hooks = disttutor.launch("comm_hooks", nproc=2, **LAUNCH)
+allrows = {r["hook"]: r for r in hooks.results[0]["rows"]}
+for h, r in allrows.items():
+    if "refused" in r:
+        print(f"{h:9}  refused by torch here: {r['refused']}")
+hrows = {h: r for h, r in allrows.items() if "refused" not in r}  # the hooks that ran
+base = hrows["allreduce"]
+for r in hrows.values():
+    print(f"{r['hook']:9}  {r['bytes_per_step']:8.0f} bytes/step ({r['bytes_per_step'] / base['bytes_per_step']:.3f}x)"
+          f"  loss after {len(r['loss'])} steps {r['loss'][-1]:.4f}")
+
+# %% tags=["nbval-check-output"]
+print("gradient bytes (fp32):", base["grad_bytes"], "| fp32 hook sends:", int(base["bytes_per_step"]))
+assert base["bytes_per_step"] == base["grad_bytes"]                       # fp32: every gradient byte, once
+if hooks.results[0]["backend"] == "gloo":
+    assert "refused" in allrows["bf16"]                                    # bf16 hook: NCCL only
+for h in ("fp16", "bf16", "scratch"):
+    if h in hrows:
+        assert hrows[h]["bytes_per_step"] == base["grad_bytes"] / 2, h     # 2-byte floats: exactly half
+assert hrows["powersgd"]["bytes_per_step"] < 0.25 * base["grad_bytes"]     # rank-1 factors: far less
+assert hrows["powersgd"]["bytes_first_step"] == base["grad_bytes"]        # its warm-up steps are plain
+assert all(r["replicas_equal"] for r in hrows.values())                    # every hook keeps replicas equal
+# fp16/bf16 rounding of gradients barely changes 30 steps; PowerSGD's error feedback keeps it on course.
+for h, tol in (("fp16", 0.01), ("bf16", 0.02), ("scratch", 0.01), ("powersgd", 0.25)):
+    if h in hrows:
+        assert abs(hrows[h]["loss"][-1] - base["loss"][-1]) <= tol * base["loss"][-1], h
+print("checked: bytes exact, replicas equal, losses close")
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3))
+viz.plot_bytes(list(hrows.values()), ax=ax1)
+viz.plot_losses({h: r["loss"] for h, r in hrows.items()}, ax=ax2, title="loss per step, by hook")
+plt.show()
+
+# %% [markdown]
+# ### Exercise 8.2 — a compression hook from scratch
+#
+# Write `fp16_compress_hook(state, bucket)`: DDP calls it once per bucket; `bucket.buffer()` is the
+# bucket's gradients in one fp32 tensor. Return a `torch.futures.Future` that resolves to the
+# **averaged** gradients. Send fewer bytes than fp32 (fp16 halves them; top-k with error feedback
+# is the ambitious variant). The checker registers your hook on real DDP ranks, counts the bytes
+# it sends and compares the loss after 30 steps with the fp32 all-reduce.
+#
+# <details><summary>Hint 1</summary>Divide by the world size <em>before</em> converting to fp16
+# (the sum of n fp16 gradients can overflow), then
+# <code>dist.all_reduce(t, async_op=True).get_future()</code>.</details>
+# <details><summary>Hint 2</summary><code>fut.then(fn)</code> runs <code>fn(fut)</code> when the
+# all-reduce is done: copy <code>fut.value()[0]</code> back into <code>bucket.buffer()</code> and
+# return the buffer.</details>
+
+# %%
+def fp16_compress_hook(state, bucket):
+    raise NotImplementedError("Exercise 8.2: compress bucket.buffer(), all-reduce it asynchronously, "
+                              "return a future of the averaged fp32 gradients")
+
+
+# %%
+print(check_compress_hook(fp16_compress_hook))
+
+# %% [markdown]
+# ## 4. Data loading (article §8.4)
+#
+# The article's `DataLoader(num_workers=4, pin_memory=True, persistent_workers=True,
+# prefetch_factor=2)` is a GPU recipe. What each option does: **workers** decode items in other
+# processes while the main process trains; **pin_memory** puts batches in page-locked memory so the
+# copy to a GPU can be asynchronous (nothing to gain on CPU); **persistent_workers** keeps the
+# workers alive between epochs (no restart cost); **prefetch_factor** is how many batches each
+# worker prepares ahead. Two of them are errors without workers:
+
+# %% tags=["nbval-check-output"]
+from torch.utils.data import DataLoader
+
+for bad in ({"persistent_workers": True}, {"prefetch_factor": 2}):
+    try:
+        DataLoader(range(8), num_workers=0, **bad)
+    except ValueError as e:
+        print(f"num_workers=0 with {bad}: ValueError: {e}")
+    else:
+        raise AssertionError(f"{bad} was accepted with num_workers=0")
+
+# %% [markdown]
+# `disttutor/programs/dataloading.py` gives each item real CPU work (zlib-decode a compressed
+# 96×96 "image", flip, normalise) and times two epochs per setting on 2 ranks. Mind the
+# arithmetic: 2 ranks × (1 main + w workers) processes share this machine's cores.
+
+# %%
+dl = disttutor.launch("dataloading", nproc=2, args={"workers": (0, 1, 2)}, **LAUNCH)
+d = dl.results[0]
+for r in d["rows"]:
+    rate = [round(2 * v) for v in r["items_per_s"]]
+    print(f"num_workers={r['workers']}: {2 * (1 + r['workers'])} processes on {d['cores']} cores, "
+          f"items/s (both ranks) per epoch: {rate}")
+print(f"pin_memory used: {d['pin_memory']} (only with a GPU); load {os.getloadavg()[0]:.1f}")
+viz.plot_loading(d["rows"], dl.world_size, d["cores"])
+plt.show()
+
+# %% [markdown]
+# Whether workers pay off depends on free cores: with 2 cores already running 2 ranks, extra worker
+# processes can only use the time a rank's main process spends waiting. The numbers above are this
+# machine's, today. What does **not** depend on the machine: `DistributedSampler` with workers still
+# hands out every sample exactly once per epoch, across ranks *and* workers:
+
+# %% tags=["nbval-check-output"]
+n = 256
+for r0 in range(len(d["rows"])):
+    for epoch in range(2):
+        seen = sorted(i for res in dl.results for i in res["rows"][r0]["seen"][epoch])
+        assert seen == list(range(n)), (r0, epoch)
+print(f"every one of the {n} samples seen exactly once per epoch, for every num_workers, both epochs")
+
+# %% [markdown]
+# ## What this chapter measured
+#
+# The closing numbers, from the runs above (timings: this machine, at the load shown):
+
+# %%
+print(f"no_sync, k=4, 2 ranks: all-reduces per step {k4[False]['allreduces'][0]} -> {k4[True]['allreduces'][0]}, "
+      f"time per step {k4[False]['ms_per_step']:.1f} -> {k4[True]['ms_per_step']:.1f} ms")
+for h, r in hrows.items():
+    print(f"hook {h:9}: {r['bytes_per_step']:7.0f} bytes/step, loss after {len(r['loss'])} steps {r['loss'][-1]:.4f}")
+print(f"fp32 vs {a['autocast_dtype']} autocast after {len(a['loss_fp32'])} steps: loss difference "
+      f"{abs(a['loss_fp32'][-1] - a['loss_amp'][-1]):.1e}, step-time ratio {ratio:.2f}")
+print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
+
+# %%
+disttutor.chapters.glossary(8)
