@@ -23,11 +23,7 @@ from typing import Any, Callable
 
 from .adapter import CheckResult, function_name, run_check
 
-# fp32 + a different summation order (per-rank partial sums, then all-reduce,
-# versus one sum over the whole batch) gives errors of a few ulps (~1e-7
-# relative) per step; 1e-5 leaves 100x headroom for a few SGD steps, while any
-# real mistake (a missing division, a stale or missing bucket) is off by >1e-2.
-RTOL = 1e-5
+from .tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
 BUCKET_CAP = 600  # elements: splits the 6 tensors of the default MLP into 3 buckets
 COLLECTIVE_TIMEOUT_S = 10.0
 
