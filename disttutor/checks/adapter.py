@@ -185,11 +185,22 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc
         problems.insert(0, f"the check did not finish within {timeout:g}s: " + (hint or (
             "a rank is probably waiting for a message that is never sent "
             "(check that every send has a matching recv)")))
-    # Show each distinct problem once (a stub fails identically on every rank).
-    seen: dict[str, None] = {}
+    # Show each distinct problem once: "ranks 0, 1: ..." (a stub or a crash often fails identically
+    # on every rank); a stub needs no rank at all.
+    by_text: dict[str, list[str]] = {}
     for p in problems:
-        seen.setdefault(p.split(": ", 1)[1] if p.startswith("rank ") and "still a stub" in p else p, None)
-    return CheckResult(exercise, res.ok and not problems, list(seen), [r.results for r in res.ranks])
+        who, sep, text = p.partition(": ")
+        if not (sep and who.startswith("rank ")):
+            who, text = "", p
+        by_text.setdefault(text, []).append(who[5:] if who else "")
+    merged = []
+    for text, ranks in by_text.items():
+        ranks = [r for r in ranks if r]
+        if not ranks or text.startswith("still a stub"):
+            merged.append(text)
+        else:
+            merged.append(f"{'ranks' if len(ranks) > 1 else 'rank'} {', '.join(ranks)}: {text}")
+    return CheckResult(exercise, res.ok and not problems, merged, [r.results for r in res.ranks])
 
 
 def load_learner(obj: Callable | str, name: str) -> Callable:
