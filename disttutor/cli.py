@@ -19,7 +19,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit in seconds")
     r.add_argument("--collective-timeout", type=float, default=None, help="limit for one collective, seconds")
     r.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS per rank")
+    sub.add_parser("grade", help="run the exercise checkers on learners' notebooks (see disttutor grade -h)",
+                   add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["grade"]:  # the grader has its own options (disttutor/grade.py)
+        from .grade import main as grade_main
+        return grade_main(argv[1:])
     # Everything after "--" belongs to the program, so its options never clash with ours.
     cut = argv.index("--") if "--" in argv else len(argv)
     a = p.parse_args(argv[:cut])

@@ -205,3 +205,26 @@ def test_widget_callback_measures_and_plots(no_leftovers):
     assert len(fig.axes) == 2
     w = viz.widget()  # builds without a kernel; its button calls measure_and_plot
     assert w.children[-2].description == "measure"
+
+
+def _solution_text() -> str:
+    return open(SOLUTION).read()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_strided_case_and_missing_helper_are_named(no_leftovers):
+    # 1) .view(-1) on every input: right for contiguous tensors, crashes on the transposed one
+    view_only = _solution_text().replace(
+        "flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1).clone()", "flat = tensor.view(-1)")
+    res = check_ring_allreduce(view_only, world_sizes=(2,), timeout=100)
+    assert not res.passed
+    assert "a transposed, non-contiguous view (tensor.t() of a (6, 4) tensor) made the function fail" in str(res)
+    # 2) a helper from another cell: only the exercise's function travels to the ranks
+    helper_elsewhere = '''
+def ring_all_reduce(tensor):
+    return _my_ring(tensor)
+'''
+    res = check_ring_allreduce(helper_elsewhere, world_sizes=(2,), timeout=100)
+    assert not res.passed
+    assert "name '_my_ring' is not defined -- only the code of `ring_all_reduce` is sent to the ranks" in str(res)

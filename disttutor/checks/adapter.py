@@ -163,6 +163,9 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc
     """
     from ..launch import launch
 
+    stub = stub_problem(to_source(obj))
+    if stub:  # an untouched stub needs no ranks to say so (and the cell answers at once)
+        return CheckResult(exercise, False, [stub])
     path = write_exercise(obj)
     res = launch(checker, nproc, {"source": path, "name": name, **(args or {})}, timeout=timeout,
                  check=False, stream=False, **launch_kw)
@@ -203,6 +206,28 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc
     return CheckResult(exercise, res.ok and not problems, merged, [r.results for r in res.ranks])
 
 
+def stub_problem(src: str) -> str | None:
+    """``"still a stub -- Exercise N.M: ..."`` if a function in ``src`` only raises the exercise's
+    NotImplementedError (after an optional docstring), else None."""
+    import ast
+
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return None  # the run reports it, with its line
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr)
+                                 and isinstance(node.body[0].value, ast.Constant)) else node.body
+        if len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call):
+            call = body[0].exc
+            if (getattr(call.func, "id", None) == "NotImplementedError" and call.args
+                    and isinstance(call.args[0], ast.Constant) and str(call.args[0].value).startswith("Exercise")):
+                return f"still a stub -- {call.args[0].value}"
+    return None
+
+
 def load_learner(obj: Callable | str, name: str) -> Callable:
     """The learner's function, loaded from its *source* as the ranks would load it.
 
@@ -224,6 +249,9 @@ def run_local(exercise: str, obj: Callable | str, name: str, check: Callable[[Ca
     A stub, a crash or a syntax error becomes a failed result with one line, never a traceback.
     """
     try:
+        stub = stub_problem(to_source(obj))
+        if stub:
+            return CheckResult(exercise, False, [stub])
         fn = load_learner(obj, name)
         problem = check(fn)
     except NotImplementedError as e:
