@@ -75,8 +75,11 @@ def _keep_definitions(src: str) -> str:
     except SyntaxError:
         return src  # the checker run reports the syntax error with its line
     lines = src.splitlines()
-    return "\n".join("\n".join(lines[n.lineno - 1 - len(getattr(n, "decorator_list", []) or []):n.end_lineno])
-                     for n in tree.body if isinstance(n, KEEP)) + "\n"
+
+    def start(n: ast.stmt) -> int:  # a decorated definition starts at its first decorator
+        return min([n.lineno, *(d.lineno for d in getattr(n, "decorator_list", []))]) - 1
+
+    return "\n".join("\n".join(lines[start(n):n.end_lineno]) for n in tree.body if isinstance(n, KEEP)) + "\n"
 
 
 def check_one(exercise_id: str, source_file: str) -> dict:
@@ -147,7 +150,7 @@ def notebooks(paths: list[str]) -> list[str]:
     return out
 
 
-def grade(paths: list[str], exercises: list[str] | None = None, timeout: float = 120.0,
+def grade(paths: list[str], exercises: list[str] | None = None, timeout: float = 600.0,
           progress=None) -> tuple[list[Outcome], list[int]]:
     """Grade every notebook; returns the outcomes and the processes left behind (should be [])."""
     from .procs import kill_tree
@@ -214,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         "learner x exercise and writes it as CSV. Each check runs in its own process, bounded in time."))
     p.add_argument("paths", nargs="+", help="notebooks (.ipynb) or folders of them, one per learner")
     p.add_argument("--exercises", default="", help="comma-separated ids (default: all), e.g. 4.1,4.2")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per learner and exercise")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds per learner and exercise (2.1 runs 3 jobs; each checker job stops itself after "
+                        "300 s, a hung rank after 10 s: this only catches what they cannot, e.g. an endless loop)")
     p.add_argument("--csv", default="grades.csv", help="where to write the CSV (default: grades.csv)")
     a = p.parse_args(argv)
     if not a.timeout > 0:

@@ -76,7 +76,7 @@ def test_untouched_stub_fails_naming_its_exercise(ex_id, no_leftovers):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)  # 2.1 launches 2, 3 and 4 ranks; each launch ~5 s idle, up to ~60 s on a loaded machine
+@pytest.mark.timeout(960)  # 2.1 runs 3 jobs (2, 3, 4 ranks): ~5 s each idle, minutes on a loaded 2-core box
 @pytest.mark.parametrize("ex_id", IDS)
 def test_solution_passes(ex_id, no_leftovers):
     res = check(ex_id, exercise(ex_id).solution)
@@ -108,7 +108,7 @@ def test_1_1_rejects_wrong_sharding():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 def test_3_1_rejects_the_textbook_ring_volume(no_leftovers):
     # 2(n-1)/n * S is right only when n divides the parameter count (2110 = 3 * 703 + 1)
     r = check("3.1", wrong("3.1", "return (reduce_scatter + all_gather) * elem", "return 2 * (n - 1) / n * n_params * elem"))
@@ -119,7 +119,7 @@ def test_3_1_rejects_the_textbook_ring_volume(no_leftovers):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 def test_3_1_rejects_dataparallel_without_activations(no_leftovers):
     r = check("3.1", wrong("3.1", "(n_params * elem + x_shard + y_shard)", "n_params * elem"))
     assert not r.passed and r.problems[0].startswith("dp-copy, n=2 ranks") and "measured on real ranks" in r.problems[0]
@@ -139,7 +139,7 @@ def test_5_1_rejects_commands_that_cannot_form_one_job():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 def test_6_1_rejects_activations_sent_back_as_gradients(no_leftovers):
     r = check("6.1", wrong("6.1", "dist.send(inp.grad.contiguous(), dst=rank - 1)",
                            "dist.send(inp.detach().contiguous(), dst=rank - 1)"))

@@ -23,6 +23,11 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+#: Wall-clock limit of one checker job. A learner's hang is caught far sooner by the short
+#: collective timeout each checker sets (10 s); this only bounds a machine so busy (a classroom
+#: server, a loaded CI box) that starting the ranks alone takes a minute.
+JOB_TIMEOUT_S = 300.0
+
 # Prepended to learner source so a cell's function works without its own imports.
 HEADER = "import math\nimport torch\nimport torch.distributed as dist\n\n"
 
@@ -153,7 +158,7 @@ class CheckResult:
 
 
 def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc: int = 2,
-              args: dict[str, Any] | None = None, timeout: float = 60.0, hint: str | None = None,
+              args: dict[str, Any] | None = None, timeout: float = JOB_TIMEOUT_S, hint: str | None = None,
               **launch_kw: Any) -> CheckResult:
     """Launch ``checker`` (a program module) on ``nproc`` ranks against the learner's code.
 
@@ -185,7 +190,7 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc
     if echoes and len(echoes) < len(problems):
         problems = [p for p in problems if p not in echoes]
     if res.outcome == "timeout":
-        problems.insert(0, f"the check did not finish within {timeout:g}s: " + (hint or (
+        problems.insert(0, f"the check did not finish within {timeout:g}s (is the machine very busy?): " + (hint or (
             "a rank is probably waiting for a message that is never sent "
             "(check that every send has a matching recv)")))
     # Show each distinct problem once: "ranks 0, 1: ..." (a stub or a crash often fails identically

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .adapter import CheckResult, function_name, run_check
+from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
 
 #: (shape, dtype) cases: divisible and non-divisible sizes, fewer elements than
 #: ranks (empty chunks), several dims, integer and low-precision dtypes.
@@ -142,7 +142,7 @@ def run(cfg: CheckConfig) -> None:
 
 def check_all_reduce(obj: Callable | str, names: Sequence[str] | None = None,
                      world_sizes: Sequence[int] = (2, 3, 4), exercise: str = "2.1",
-                     collective_timeout: float = 10.0, timeout: float = 90.0, **launch_kw: Any) -> CheckResult:
+                     collective_timeout: float = 10.0, timeout: float = JOB_TIMEOUT_S, **launch_kw: Any) -> CheckResult:
     """Check all-reduce functions on real ranks, for each world size in turn.
 
     obj: a function (its source is shipped, so keep helpers inside it), a

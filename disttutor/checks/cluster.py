@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Callable
 
-from .adapter import CheckResult, function_name, load_learner
+from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
 
 JOB = dict(nnodes=2, nproc_per_node=4, head="node0.example.com", port=29500, job_id="exercise-5-1")
 PROGRAM = "disttutor.programs.whoami"
@@ -130,7 +130,7 @@ def _agents_in(fn: Callable, timeout: float, run_dir: str) -> str | None:
     return None
 
 
-def check_node_command(fn: Callable | str, timeout: float = 60.0) -> CheckResult:
+def check_node_command(fn: Callable | str, timeout: float = JOB_TIMEOUT_S) -> CheckResult:
     """Exercise 5.1: ``fn(node_rank, nnodes, nproc_per_node, head, port, job_id) -> list[str]``."""
     try:
         node_command = load_learner(fn, function_name(fn, "node_command"))

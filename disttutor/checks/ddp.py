@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from .adapter import CheckResult, function_name, run_check
+from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
 
 from .tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
 BUCKET_CAP = 600  # elements: splits tricky_model's trainable tensors into 5 buckets
@@ -35,7 +35,7 @@ COLLECTIVE_TIMEOUT_S = 10.0
 def check_naive_ddp(fn: Callable | str, nproc: int = 2, steps: int = 3) -> CheckResult:
     """Exercise 4.1: ``fn(model)`` averages every ``p.grad`` over ranks after backward."""
     return run_check("4.1", "disttutor.checks.ddp", fn, function_name(fn, "sync_gradients"), nproc,
-                     args={"exercise": "naive", "steps": steps}, timeout=90,
+                     args={"exercise": "naive", "steps": steps}, timeout=JOB_TIMEOUT_S,
                      collective_timeout=COLLECTIVE_TIMEOUT_S)
 
 
@@ -43,7 +43,7 @@ def check_bucketed_ddp(cls: Callable | str, nproc: int = 2, steps: int = 3) -> C
     """Exercise 4.2: ``cls(model, bucket_cap)``: hooks all-reduce buckets during backward; ``.finish()`` waits."""
     name = function_name(cls, "OverlappedDDP")
     return run_check("4.2", "disttutor.checks.ddp", cls, name, nproc,
-                     args={"exercise": "bucketed", "steps": steps, "bucket_cap": BUCKET_CAP}, timeout=90,
+                     args={"exercise": "bucketed", "steps": steps, "bucket_cap": BUCKET_CAP}, timeout=JOB_TIMEOUT_S,
                      collective_timeout=COLLECTIVE_TIMEOUT_S)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..options import cli, opt
-from .adapter import CheckResult, function_name, run_check
+from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
 from .tolerances import SPLIT_MODEL_RTOL
 
 NPROC = 3  # first, middle and last stage: the middle one both receives and sends in each direction
@@ -97,7 +97,7 @@ def run(cfg: StageCheckConfig) -> None:
                                             ctx.device))
 
 
-def check_stage(fn: Callable | str, steps: int = 2, timeout: float = 90.0) -> CheckResult:
+def check_stage(fn: Callable | str, steps: int = 2, timeout: float = JOB_TIMEOUT_S) -> CheckResult:
     """Exercise 6.1: does ``fn`` train the 3-stage model exactly like one process?"""
     return run_check("6.1", "disttutor.checks.model_parallel", fn, function_name(fn, "stage_forward_backward"),
                      NPROC, args={"steps": steps}, timeout=timeout, collective_timeout=10.0, hint=(

@@ -16,13 +16,13 @@ from __future__ import annotations
 from typing import Callable
 
 from ..schedules import PipeSpec, rank_orders
-from .adapter import CheckResult, function_name, load_learner
+from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
 
 LAUNCHED = (3, 4)  # p ranks, m micro-batches run on real ranks
 MODELLED = ((4, 8), (4, 2), (2, 5), (1, 3))
 
 
-def measured_orders(p: int, m: int, timeout: float = 90.0) -> list[list[tuple[str, int]]]:
+def measured_orders(p: int, m: int, timeout: float = JOB_TIMEOUT_S) -> list[list[tuple[str, int]]]:
     """Each rank's order of F and B on a real run of torch's Schedule1F1B (events sorted by start time)."""
     from ..launch import launch
 
@@ -54,7 +54,7 @@ def _first_difference(got, want: list[tuple[str, int]], rank: int, p: int, m: in
             f"(torch: {' '.join(k + str(j) for k, j in want)})")
 
 
-def check_one_f_one_b(fn: Callable | str, timeout: float = 90.0) -> CheckResult:
+def check_one_f_one_b(fn: Callable | str, timeout: float = JOB_TIMEOUT_S) -> CheckResult:
     """Exercise 7.1: is ``fn(rank, p, m)`` the order torch's Schedule1F1B runs on that rank?"""
     try:
         order = load_learner(fn, function_name(fn, "one_f_one_b"))

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .adapter import CheckResult, function_name, load_learner
+from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
 from ..dataparallel import expected_bytes
 
 PATTERNS = ("dp-copy", "ddp-ring")
 MEASURED_SIZES = (2, 3)
 
 
-def measure(timeout: float = 90.0) -> dict:
+def measure(timeout: float = JOB_TIMEOUT_S) -> dict:
     """Rank 0's measured bytes per step: ``{(pattern, n): sent}`` and the model's shape."""
     from ..launch import launch
 
@@ -39,7 +39,7 @@ def _why(pattern: str) -> str:
             "and of the output gradients")
 
 
-def check_predict_sent(fn: Callable | str, timeout: float = 90.0) -> CheckResult:
+def check_predict_sent(fn: Callable | str, timeout: float = JOB_TIMEOUT_S) -> CheckResult:
     """Exercise 3.1: is ``fn(pattern, n, n_params, batch, d_in, d_out)`` the bytes rank 0 sends per step?"""
     try:
         predict = load_learner(fn, function_name(fn, "predict_sent"))
