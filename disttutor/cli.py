@@ -41,6 +41,8 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     r.add_argument("--max-procs", type=int, default=None,
                    help=f"allow more ranks than this machine's limit (default: {max_procs()} here: 2 per CPU core, "
                         "at least 8)%(default).0s")
+    sub.add_parser("grade", help="run the exercise checkers on learners' notebooks (see disttutor grade -h)",
+                   add_help=False)
     return p, r
 
 
@@ -69,6 +71,9 @@ def hang_flags(program: str, program_args: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p, run_parser = _parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["grade"]:  # the grader has its own options (disttutor/grade.py)
+        from .grade import main as grade_main
+        return grade_main(argv[1:])
     # Everything after "--" belongs to the program, so its options never clash with ours.
     cut = argv.index("--") if "--" in argv else len(argv)
     a, extra = p.parse_known_args(argv[:cut])

@@ -19,7 +19,7 @@ class OverlappedDDP:
         from disttutor.scratch.buckets import plan_buckets
 
         self.world = dist.get_world_size()
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in model.parameters() if p.requires_grad]  # a frozen parameter takes no hook
         self.buckets = plan_buckets(params, bucket_cap)  # reverse order: the last layer's grads come first
         self.bucket_of = {id(p): k for k, b in enumerate(self.buckets) for p in b}
         self.missing = [len(b) for b in self.buckets]    # gradients each bucket still waits for
@@ -37,14 +37,20 @@ class OverlappedDDP:
             self.next += 1
 
     def finish(self) -> None:
-        if self.next != len(self.buckets):
-            raise RuntimeError(f"only {self.next} of {len(self.buckets)} buckets were launched in this backward")
+        # Buckets holding a parameter this step did not use never completed: launch them now,
+        # in order, with zeros for the missing gradients (every rank skipped the same ones).
+        while self.next < len(self.buckets):
+            flat = torch.cat([q.grad.reshape(-1) if q.grad is not None else q.new_zeros(q.numel())
+                              for q in self.buckets[self.next]])
+            self.handles.append((self.next, flat, dist.all_reduce(flat, async_op=True)))
+            self.next += 1
         for k, flat, work in self.handles:
             work.wait()  # the sum is only in `flat` once the collective has completed
             flat.div_(self.world)
             offset = 0
             for q in self.buckets[k]:
-                q.grad.copy_(flat[offset:offset + q.numel()].view_as(q.grad))
+                if q.grad is not None:  # an unused parameter keeps no gradient, as in one process
+                    q.grad.copy_(flat[offset:offset + q.numel()].view_as(q.grad))
                 offset += q.numel()
         self.missing = [len(b) for b in self.buckets]
         self.next, self.handles = 0, []

@@ -232,6 +232,33 @@ assert gib / 80 > 30
 calculator()
 
 # %% [markdown]
+# ### Exercise 1.1 — memory per device under DDP and ZeRO-1/2/3
+#
+# Write `zero_memory(n_params, bytes_per_param, world, stage)`: the bytes **one device** holds for
+# the weights, the gradients and the optimizer states when `n_params` parameters are trained on
+# `world` data-parallel devices, plain DDP (`stage=0`) or ZeRO stage 1, 2 or 3. `bytes_per_param` is
+# the table measured above, e.g. `mem.bytes_per_param("mixed", "adam")`. Return a dict with the keys
+# `"weights"`, `"gradients"`, `"optimizer"`. The checker compares your function with the calculator
+# for two model sizes, both precisions, three optimizers, 1–8 devices and every stage, and with the
+# bytes a real model and `torch.optim.Adam` hold after one step.
+
+# %%
+def zero_memory(n_params, bytes_per_param, world, stage):
+    """Exercise 1.1: bytes per device of "weights", "gradients", "optimizer" (a dict)."""
+    raise NotImplementedError("Exercise 1.1: which parts does each ZeRO stage divide by world?")
+
+
+# %%
+from disttutor.checks import hint
+
+print(hint("1.1", 1))  # stuck after trying? hint("1.1", 2) is stronger; hint("1.1", 3) names the solution
+
+# %%
+from disttutor.checks.memory import check_zero_memory
+
+print(check_zero_memory(zero_memory))
+
+# %% [markdown]
 # ## 3. What each kind of parallelism splits
 #
 # The article (§2.1) lists three ways to spread training over devices:

@@ -312,6 +312,31 @@ print(format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in d
                     for n, res in runs.items()]))
 
 # %% [markdown]
+# ### Exercise 3.1 — predict the bytes through rank 0, and through the ring
+#
+# Write `predict_sent(pattern, n, n_params, batch, d_in, d_out, elem=4)`: the bytes **rank 0 sends**
+# in one training step on `n` ranks, for `pattern="dp-copy"` (DataParallel's device 0 as measured
+# above) and `pattern="ddp-ring"` (the ring all-reduce). The checker runs this chapter's traffic
+# program once on real ranks (groups of 2 and 3) and compares your numbers with the bytes rank 0 really
+# handed to gloo — exactly, they are integers — then with the chapter's formula for 4 and 8 ranks.
+
+# %%
+def predict_sent(pattern, n, n_params, batch, d_in, d_out, elem=4):
+    """Exercise 3.1: bytes rank 0 sends in one step ("dp-copy" or "ddp-ring") on n ranks."""
+    raise NotImplementedError("Exercise 3.1: count what rank 0 sends in one step, for each pattern")
+
+
+# %%
+from disttutor.checks import hint
+
+print(hint("3.1", 1))  # stuck after trying? hint("3.1", 2) is stronger; hint("3.1", 3) names the solution
+
+# %%
+from disttutor.checks.traffic import check_predict_sent
+
+print(check_predict_sent(predict_sent))
+
+# %% [markdown]
 # ## Summary
 #
 # * `nn.DataParallel` is **one process**: `forward` scatters the batch, **replicates the module

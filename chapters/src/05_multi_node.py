@@ -350,6 +350,31 @@ for cmd in cmds:
           f"at {a.rdzv_endpoint}, runs -m {a.training_script}")
 
 # %% [markdown]
+# ### Exercise 5.1 — the command for each node
+#
+# Write `node_command(node_rank, nnodes, nproc_per_node, head, port, job_id)`: torchrun's arguments
+# (a list of strings, without the word `torchrun`) for node `node_rank` of a job with c10d rendezvous
+# at `head:port` that runs `-m disttutor.programs.whoami`. The checker parses your commands for a
+# 2-node x 4-process job with torchrun's own parser, then **runs** them: two torchrun agents on this
+# machine (`head="127.0.0.1"`, a free port, one process each) must meet and form one 2-rank job.
+
+# %%
+def node_command(node_rank, nnodes, nproc_per_node, head, port, job_id):
+    """Exercise 5.1: torchrun's arguments for one node (a list of strings)."""
+    raise NotImplementedError("Exercise 5.1: return torchrun's arguments for this node")
+
+
+# %%
+from disttutor.checks import hint
+
+print(hint("5.1", 1))  # stuck after trying? hint("5.1", 2) is stronger; hint("5.1", 3) names the solution
+
+# %%
+from disttutor.checks.cluster import check_node_command
+
+print(check_node_command(node_command))
+
+# %% [markdown]
 # ### Slurm
 # One `srun` task per node; each task is a torchrun agent. The first node of the allocation hosts the
 # c10d rendezvous; `$SLURM_JOB_ID` makes the rendezvous id unique per job. Submit with `sbatch job.sbatch`.

@@ -136,6 +136,34 @@ print("every rank waits for its neighbours:", all(x["wait_s"] > 0 for x in mp_ru
 # 2, filling those blank spaces.
 
 # %% [markdown]
+# ### Exercise 6.1 — one stage's forward and backward over send/recv
+#
+# Write `stage_forward_backward(stage, x, y, act_shape, out_shape)`, run on every rank: rank 0 feeds
+# `x` to its `stage`, every other rank first receives its input from the previous rank
+# (`act_shape`); every rank but the last sends its output on, then receives the gradient of that
+# output from the next rank (`out_shape`) and backpropagates it; the last rank computes
+# `F.mse_loss(out, y)` and returns the loss as a float (the others return `None`); every rank but
+# the first sends its *input's* gradient back. Only `dist.send` / `dist.recv` — the optimizer step is
+# done for you. The checker trains a 3-stage model on 3 real ranks (first, middle and last stage) and
+# compares every rank's layers after every step with the same model trained in one process.
+
+# %%
+def stage_forward_backward(stage, x, y, act_shape, out_shape):
+    """Exercise 6.1: forward and backward of this rank's stage; the loss on the last rank, else None."""
+    raise NotImplementedError("Exercise 6.1: recv input, forward, send output; recv grad, backward, send grad")
+
+
+# %%
+from disttutor.checks import hint
+
+print(hint("6.1", 1))  # stuck after trying? hint("6.1", 2) is stronger; hint("6.1", 3) names the solution
+
+# %%
+from disttutor.checks.model_parallel import check_stage
+
+print(check_stage(stage_forward_backward))
+
+# %% [markdown]
 # ## 2. The article's RPC example
 #
 # The article builds the same idea on `torch.distributed.rpc`, a different layer of PyTorch: instead

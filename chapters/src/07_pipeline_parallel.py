@@ -182,6 +182,31 @@ assert rows[2]["bubble (drawing)"] < rows[1]["bubble (drawing)"]  # interleaving
 ui = bubble_widget(PipeSpec("1f1b", p=4, m=8))
 
 # %% [markdown]
+# ### Exercise 7.1 — the 1F1B order of one rank
+#
+# Write `one_f_one_b(rank, p, m)`: the list of actions rank `rank` of a `p`-stage pipeline runs for
+# `m` micro-batches under 1F1B, as `("F", i)` (forward of micro-batch i) and `("B", i)` (its
+# backward), in order. Mind the case of fewer micro-batches than stages. The checker compares your
+# lists with torch's `Schedule1F1B` for several shapes, and with the order its forwards and backwards
+# really ran on 3 ranks (this chapter's program, 4 micro-batches).
+
+# %%
+def one_f_one_b(rank, p, m):
+    """Exercise 7.1: [("F", 0), ..., ("B", 0), ...] -- the order rank `rank` runs."""
+    raise NotImplementedError("Exercise 7.1: warm-up forwards, then one backward, one forward, then drain")
+
+
+# %%
+from disttutor.checks import hint
+
+print(hint("7.1", 1))  # stuck after trying? hint("7.1", 2) is stronger; hint("7.1", 3) names the solution
+
+# %%
+from disttutor.checks.pipeline import check_one_f_one_b
+
+print(check_one_f_one_b(one_f_one_b))
+
+# %% [markdown]
 # ## 4. Real pipeline training with `torch.distributed.pipelining`
 #
 # `disttutor/programs/pipeline.py` is the real thing. Each rank builds the *same* model from a

@@ -17,10 +17,16 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import re
 import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+#: Wall-clock limit of one checker job. A learner's hang is caught far sooner by the short
+#: collective timeout each checker sets (10 s); this only bounds a machine so busy (a classroom
+#: server, a loaded CI box) that starting the ranks alone takes a minute.
+JOB_TIMEOUT_S = 300.0
 
 # Prepended to learner source so a cell's function works without its own imports.
 HEADER = "import math\nimport torch\nimport torch.distributed as dist\n\n"
@@ -48,8 +54,24 @@ def class_source(cls: type) -> str:
     raise TypeError(f"cannot find the source of class {cls.__name__}; define it with `class` in a cell")
 
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def resolve_path(path: str) -> str:
+    """A ``.py`` path as given (from the working directory), else relative to the repository root.
+
+    A notebook runs in ``chapters/``, a terminal anywhere: ``"solutions/ex4_1_naive_ddp.py"``
+    must work from both. A path found nowhere is an error that says where we looked.
+    """
+    for candidate in (path, os.path.join(REPO_ROOT, path)):
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f"no file {path!r} (looked in the working directory and in the course's root)")
+
+
 def to_source(obj: Callable | str) -> str:
-    """Source text of a function or class (also one defined in a notebook cell), a file path, or source."""
+    """Source text of a function or class (also one defined in a notebook cell), a file path,
+    an exercise id (``"4.1"``: its solution file), or source text."""
     if isinstance(obj, type):
         return class_source(obj)
     if callable(obj):
@@ -57,12 +79,16 @@ def to_source(obj: Callable | str) -> str:
             return textwrap.dedent(inspect.getsource(obj))
         except (OSError, TypeError) as e:
             raise TypeError(f"cannot read the source of {obj!r} ({e}); define it with `def` in a cell") from e
-    if isinstance(obj, str) and obj.endswith(".py") and os.path.isfile(obj):
-        with open(obj) as f:
+    if isinstance(obj, str) and obj.strip().endswith(".py") and "\n" not in obj:
+        with open(resolve_path(obj.strip())) as f:
             return f.read()
-    if isinstance(obj, str) and "def " in obj:
+    if isinstance(obj, str) and re.fullmatch(r"\d+\.\d+", obj.strip()):
+        from .registry import exercise  # "4.1" -> that exercise's solution file
+        return to_source(exercise(obj.strip()).solution)
+    if isinstance(obj, str) and ("def " in obj or "class " in obj):
         return obj
-    raise TypeError(f"expected a function, a .py path or source text, got {type(obj).__name__}")
+    raise TypeError(f"expected a function, a class, a .py path, an exercise id like '4.1' or source text, "
+                    f"got {type(obj).__name__}")
 
 
 def write_exercise(obj: Callable | str, directory: str | None = None) -> str:
@@ -84,9 +110,24 @@ def load_exercise(path: str, name: str) -> Callable:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     try:
-        return getattr(mod, name)
+        fn = getattr(mod, name)
     except AttributeError:
         raise AttributeError(f"the exercise code defines no function named {name!r}") from None
+    return _explain_name_errors(fn, name) if callable(fn) and not isinstance(fn, type) else fn
+
+
+def _explain_name_errors(fn: Callable, name: str) -> Callable:
+    """Only the exercise's own cell travels to the ranks: a helper from another cell is a NameError there."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NameError as e:
+            raise NameError(f"{e} -- only the code of `{name}` is sent to the ranks, not the rest of the "
+                            f"notebook: define helpers (and imports) inside `{name}` itself") from None
+    return wrapper
 
 
 def function_name(obj: Callable | str, default: str) -> str:
@@ -117,7 +158,7 @@ class CheckResult:
 
 
 def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc: int = 2,
-              args: dict[str, Any] | None = None, timeout: float = 60.0, hint: str | None = None,
+              args: dict[str, Any] | None = None, timeout: float = JOB_TIMEOUT_S, hint: str | None = None,
               **launch_kw: Any) -> CheckResult:
     """Launch ``checker`` (a program module) on ``nproc`` ranks against the learner's code.
 
@@ -127,6 +168,9 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc
     """
     from ..launch import launch
 
+    stub = stub_problem(to_source(obj))
+    if stub:  # an untouched stub needs no ranks to say so (and the cell answers at once)
+        return CheckResult(exercise, False, [stub])
     path = write_exercise(obj)
     res = launch(checker, nproc, {"source": path, "name": name, **(args or {})}, timeout=timeout,
                  check=False, stream=False, **launch_kw)
@@ -141,12 +185,84 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc
             problems.append(f"rank {r.rank}: still a stub -- {r.error.split('NotImplementedError:')[-1].strip()}")
         else:
             problems.append(f"rank {r.rank}: {r.status} -- {r.error}")
+    # When some rank really failed, the others' "stopped" / "another rank died" are only echoes of it.
+    echoes = [p for p in problems if " stopped -- " in p or "another rank died" in p]
+    if echoes and len(echoes) < len(problems):
+        problems = [p for p in problems if p not in echoes]
     if res.outcome == "timeout":
-        problems.insert(0, f"the check did not finish within {timeout:g}s: " + (hint or (
+        problems.insert(0, f"the check did not finish within {timeout:g}s (is the machine very busy?): " + (hint or (
             "a rank is probably waiting for a message that is never sent "
             "(check that every send has a matching recv)")))
-    # Show each distinct problem once (a stub fails identically on every rank).
-    seen: dict[str, None] = {}
+    # Show each distinct problem once: "ranks 0, 1: ..." (a stub or a crash often fails identically
+    # on every rank); a stub needs no rank at all.
+    by_text: dict[str, list[str]] = {}
     for p in problems:
-        seen.setdefault(p.split(": ", 1)[1] if p.startswith("rank ") and "still a stub" in p else p, None)
-    return CheckResult(exercise, res.ok and not problems, list(seen), [r.results for r in res.ranks])
+        who, sep, text = p.partition(": ")
+        if not (sep and who.startswith("rank ")):
+            who, text = "", p
+        by_text.setdefault(text, []).append(who[5:] if who else "")
+    merged = []
+    for text, ranks in by_text.items():
+        ranks = [r for r in ranks if r]
+        if not ranks or text.startswith("still a stub"):
+            merged.append(text)
+        else:
+            merged.append(f"{'ranks' if len(ranks) > 1 else 'rank'} {', '.join(ranks)}: {text}")
+    return CheckResult(exercise, res.ok and not problems, merged, [r.results for r in res.ranks])
+
+
+def stub_problem(src: str) -> str | None:
+    """``"still a stub -- Exercise N.M: ..."`` if a function in ``src`` only raises the exercise's
+    NotImplementedError (after an optional docstring), else None."""
+    import ast
+
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return None  # the run reports it, with its line
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr)
+                                 and isinstance(node.body[0].value, ast.Constant)) else node.body
+        if len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call):
+            call = body[0].exc
+            if (getattr(call.func, "id", None) == "NotImplementedError" and call.args
+                    and isinstance(call.args[0], ast.Constant) and str(call.args[0].value).startswith("Exercise")):
+                return f"still a stub -- {call.args[0].value}"
+    return None
+
+
+def load_learner(obj: Callable | str, name: str) -> Callable:
+    """The learner's function, loaded from its *source* as the ranks would load it.
+
+    Used by checkers that run in this process (formulas, schedules, command lines):
+    the same rules as on the ranks -- only the exercise's own code travels.
+    """
+    import shutil
+
+    path = write_exercise(obj)
+    try:
+        return load_exercise(path, name)
+    finally:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+def run_local(exercise: str, obj: Callable | str, name: str, check: Callable[[Callable], str | None]) -> CheckResult:
+    """Load the learner's ``name`` and run ``check(fn)`` here; ``check`` returns a problem or None.
+
+    A stub, a crash or a syntax error becomes a failed result with one line, never a traceback.
+    """
+    try:
+        stub = stub_problem(to_source(obj))
+        if stub:
+            return CheckResult(exercise, False, [stub])
+        fn = load_learner(obj, name)
+        problem = check(fn)
+    except NotImplementedError as e:
+        return CheckResult(exercise, False, [f"still a stub -- {e}"])
+    except SyntaxError as e:
+        return CheckResult(exercise, False, [f"the code does not compile: {e.msg} (line {e.lineno})"])
+    except Exception as e:  # the learner's code crashed: say where, in one line
+        return CheckResult(exercise, False, [f"the function raised {type(e).__name__}: {e}"])
+    return CheckResult(exercise, problem is None, [] if problem is None else [problem])

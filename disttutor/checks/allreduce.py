@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .adapter import CheckResult, function_name, run_check
+from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
 
 #: (shape, dtype) cases: divisible and non-divisible sizes, fewer elements than
 #: ranks (empty chunks), several dims, integer and low-precision dtypes.
@@ -92,11 +92,22 @@ def _check_one(fn: Callable, case: int, shape: tuple[int, ...], dtype: str, rank
         return f"internal: dist.all_reduce disagrees with the reference for {dtype} {shape}"
     if strided:
         x, want = x.t(), want.t()  # a non-contiguous view: the function must still work in place
-    out = fn(x)
+    try:
+        out = fn(x)
+    except RuntimeError as e:
+        if not strided:
+            raise
+        # A crash only on the strided case (typically .view(-1)) must say it is the strided case.
+        return (f"a transposed, non-contiguous view (tensor.t() of a {tuple(x.t().shape)} tensor) "
+                f"made the function fail: {str(e).splitlines()[0]}")
     problem = first_problem(x, want, world)
     if problem and isinstance(out, torch.Tensor) and out is not x and first_problem(out, want, world) is None:
-        return ("the returned tensor is right, but the input tensor was not updated: write the sum into "
-                "`tensor` itself, in place, like dist.all_reduce")
+        problem = ("the returned tensor is right, but the input tensor was not updated: write the sum into "
+                   "`tensor` itself, in place, like dist.all_reduce")
+    if problem and strided:
+        # Say which case this is: "(4, 6)" alone reads like any other input.
+        problem = (f"a transposed, non-contiguous view (tensor.t() of a {tuple(x.t().shape)} tensor; "
+                   f"tensor.view(-1) fails on it and a reshape(-1) is a copy, so write the result back): {problem}")
     return problem
 
 
@@ -131,7 +142,7 @@ def run(cfg: CheckConfig) -> None:
 
 def check_all_reduce(obj: Callable | str, names: Sequence[str] | None = None,
                      world_sizes: Sequence[int] = (2, 3, 4), exercise: str = "2.1",
-                     collective_timeout: float = 10.0, timeout: float = 90.0, **launch_kw: Any) -> CheckResult:
+                     collective_timeout: float = 10.0, timeout: float = JOB_TIMEOUT_S, **launch_kw: Any) -> CheckResult:
     """Check all-reduce functions on real ranks, for each world size in turn.
 
     obj: a function (its source is shipped, so keep helpers inside it), a

@@ -1,10 +1,10 @@
 """One list of every exercise in the course (each chapter adds its own entries).
 
-Introduced with chapter 2's first exercise. Tests iterate :data:`EXERCISES`:
-every solution passes its checker, every untouched stub (taken from the
-chapter's notebook source) fails with a message naming its exercise. The
-grader (``disttutor grade``) reads the learner's code for ``stub`` out of a
-notebook and runs ``checker`` on it.
+Tests iterate :data:`EXERCISES`: every solution passes its checker, every
+untouched stub (taken from the chapter's notebook source) fails with a message
+naming its exercise. The grader (``disttutor grade``) reads the learner's code
+for ``stub`` out of a notebook and runs ``checker`` on it. :func:`hint` gives
+the hints one at a time, a nudge first, the solution file last.
 """
 from __future__ import annotations
 
@@ -23,18 +23,69 @@ class Exercise:
     solution: str              # path relative to the repository root
     hints: tuple[str, ...] = ()  # progressive: a first nudge, then a stronger one
 
+    def __post_init__(self):
+        if f"{self.chapter}." != self.id[:len(str(self.chapter)) + 1] or ":" not in self.checker:
+            raise ValueError(f"exercise {self.id!r}: id must start with its chapter and checker be 'module:function'")
+        if len(self.hints) < 2:
+            raise ValueError(f"exercise {self.id}: give at least two progressive hints")
+
     def check_function(self) -> Callable[..., Any]:
         module, func = self.checker.split(":")
         return getattr(importlib.import_module(module), func)
 
 
 EXERCISES: tuple[Exercise, ...] = (
+    Exercise("1.1", 1, "per-device memory under DDP and ZeRO-1/2/3", "zero_memory",
+             "disttutor.checks.memory:check_zero_memory", "solutions/ex1_1_zero_memory.py", (
+                 "Plain DP keeps a full copy of everything on every device. ZeRO splits things over the "
+                 "`world` data-parallel devices, one more kind of state per stage.",
+                 "Stage 1 divides the optimizer states by `world`; stage 2 the gradients too; stage 3 the "
+                 "weights too. Each part is `n_params * bytes_per_param[part]`, divided or not.")),
     Exercise("2.1", 2, "ring all-reduce from send/recv", "ring_all_reduce",
-             "disttutor.checks.allreduce:check_ring_allreduce", "solutions/ex2_1_ring_allreduce.py"),
+             "disttutor.checks.allreduce:check_ring_allreduce", "solutions/ex2_1_ring_allreduce.py", (
+                 "Cut the flat tensor into n chunks with tensor_split; a reduce-scatter (n-1 steps) then "
+                 "an all-gather (n-1 steps). In each step send to rank+1 and receive from rank-1.",
+                 "Post the send and the receive together (dist.isend + dist.irecv, then wait both): two "
+                 "blocking sends facing each other wait forever. In reduce-scatter step k rank r sends "
+                 "chunk (r-k) % n and adds what it receives into chunk (r-k-1) % n.")),
+    Exercise("3.1", 3, "bytes through rank 0 versus the ring", "predict_sent",
+             "disttutor.checks.traffic:check_predict_sent", "solutions/ex3_1_predict_sent.py", (
+                 "DataParallel's device 0 sends every other device a copy of the parameters and its share "
+                 "of the inputs and of the output gradients; the ring sends only gradient chunks.",
+                 "dp-copy: (n-1) * (params + x_shard + y_shard) bytes, with x_shard = batch/n * d_in * elem. "
+                 "ddp-ring: 2(n-1) chunks of tensor_split(n_params, n) -- sum the real chunk sizes rank 0 "
+                 "sends, not the textbook 2(n-1)/n fraction.")),
     Exercise("4.1", 4, "naive DDP: all-reduce every gradient", "sync_gradients",
-             "disttutor.checks.ddp:check_naive_ddp", "solutions/ex4_1_naive_ddp.py"),
+             "disttutor.checks.ddp:check_naive_ddp", "solutions/ex4_1_naive_ddp.py", (
+                 "After backward every rank holds the gradient of its own shard: make it the average over ranks.",
+                 "dist.all_reduce(p.grad) sums; divide by dist.get_world_size(). Skip parameters whose "
+                 "p.grad is None (frozen, or unused in this step).")),
     Exercise("4.2", 4, "bucketed, overlapped DDP", "OverlappedDDP",
-             "disttutor.checks.ddp:check_bucketed_ddp", "solutions/ex4_2_bucketed_ddp.py"),
+             "disttutor.checks.ddp:check_bucketed_ddp", "solutions/ex4_2_bucketed_ddp.py", (
+                 "Only parameters that require grad get hooks and buckets; a bucket is launched when all its "
+                 "gradients have arrived, in bucket order on every rank.",
+                 "register_post_accumulate_grad_hook fires once per tensor per backward (also for a tied "
+                 "weight used twice). Launch torch.cat of the bucket's grads with async_op=True; in finish() "
+                 "wait, divide, copy back; a bucket whose parameters got no gradient must still be launched.")),
+    Exercise("5.1", 5, "torchrun command for a 2-node job", "node_command",
+             "disttutor.checks.cluster:check_node_command", "solutions/ex5_1_node_command.py", (
+                 "Every node runs the same torchrun command with c10d rendezvous: the nodes meet at the "
+                 "head's host:port and agree on their ranks themselves.",
+                 "--nnodes, --nproc-per-node, --rdzv-backend=c10d, --rdzv-endpoint=HEAD:PORT, one --rdzv-id "
+                 "shared by all nodes, then -m disttutor.programs.whoami.")),
+    Exercise("6.1", 6, "one pipeline stage over send/recv", "stage_forward_backward",
+             "disttutor.checks.model_parallel:check_stage", "solutions/ex6_1_stage_forward_backward.py", (
+                 "Forward: receive the activation from rank-1 (not on rank 0), run the stage, send to rank+1 "
+                 "(not on the last rank). Backward runs the other way with gradients.",
+                 "Make the received activation a leaf with requires_grad_(True) so backward leaves its "
+                 "gradient in .grad, which you send back to rank-1; middle stages call out.backward(grad) "
+                 "with the gradient received from rank+1; the last stage computes mse_loss(out, y).")),
+    Exercise("7.1", 7, "the 1F1B order of one rank", "one_f_one_b",
+             "disttutor.checks.pipeline:check_one_f_one_b", "solutions/ex7_1_one_f_one_b.py", (
+                 "Rank r first fills the pipe with forwards, then alternates one backward, one forward, then "
+                 "drains the remaining backwards.",
+                 "Warm-up: min(m, p - r) forwards. Then repeat: B of the oldest micro-batch, then F of the "
+                 "next one if any are left.")),
     Exercise("8.1", 8, "no_sync() for the from-scratch bucketed DDP", "NoSyncDDP",
              "disttutor.checks.perf:check_no_sync", "solutions/ex8_1_no_sync.py",
              ("a flag set by no_sync() and restored when it exits (contextlib.contextmanager, try/finally)",
@@ -51,3 +102,13 @@ def exercise(exercise_id: str) -> Exercise:
         if e.id == exercise_id:
             return e
     raise ValueError(f"no exercise {exercise_id!r}; exercises are {', '.join(e.id for e in EXERCISES)}")
+
+
+def hint(exercise_id: str, level: int = 1) -> str:
+    """Hint ``level`` (1, 2, ...) of an exercise; past the last hint, where the solution is."""
+    e = exercise(exercise_id)
+    if not isinstance(level, int) or level < 1:
+        raise ValueError(f"hint levels start at 1, got {level!r}")
+    if level <= len(e.hints):
+        return f"Exercise {e.id}, hint {level}/{len(e.hints)}: {e.hints[level - 1]}"
+    return f"Exercise {e.id}: no more hints -- the solution is {e.solution} (in the course's root)."
