@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Literal, get_args
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+Schedule = Literal["gpipe", "1f1b", "interleaved"]
+SCHEDULES = get_args(Schedule)
 
 
 @dataclass(frozen=True)

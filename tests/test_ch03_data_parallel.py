@@ -64,7 +64,7 @@ def test_formula_and_config_errors_are_clear():
 @pytest.mark.timeout(200)
 def test_traffic_program_matches_formulas_and_single_process(no_leftovers):
     # One job of 3 ranks measures N = 2 (subgroup 0..1) and N = 3 (all ranks).
-    res = disttutor.launch("dp_traffic", nproc=3, args={"steps": STEPS, "batch": BATCH, "lr": LR, "sizes": "2,3"},
+    res = disttutor.launch("dp_traffic", nproc=3, args={"steps": STEPS, "batch": BATCH, "lr": LR, "sizes": [2, 3]},
                            timeout=150, stream=False)
     r0 = res.results[0]
     assert r0["n_params"] == 2110  # the article's 10 -> 100 -> 10 model

@@ -32,7 +32,7 @@ class OverlappedDDP:
 
 def test_train_config_validation():
     with pytest.raises(ValueError, match="batch"):
-        TrainConfig(batch=300, n=256)
+        TrainConfig(batch=300, samples=256)
     with pytest.raises(ValueError, match="evenly"):
         TrainConfig(batch=32).check_world(3)
 

@@ -202,7 +202,7 @@ else:
 # %%
 from disttutor.viz.dp_traffic import plot_traffic, traffic_rows
 
-job = disttutor.launch("dp_traffic", nproc=4, args={"steps": 3, "sizes": "2,3,4"}, timeout=150)
+job = disttutor.launch("dp_traffic", nproc=4, args={"steps": 3, "sizes": [2, 3, 4]}, timeout=150)
 runs = {n: [job.results[k]["runs"][str(n)] for k in range(n)] for n in (2, 3, 4)}  # runs[n][rank][pattern]
 rows = traffic_rows(job)
 print(f"{len(rows)} (N, pattern, rank) rows; all ranks ok: {job.ok}")

@@ -19,7 +19,6 @@ send/recv/scatter/gather; the counts are compared with the textbook formulas in
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import time
 from collections import defaultdict
@@ -33,6 +32,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from disttutor import data, models, runtime
 from disttutor.dataparallel import PATTERNS
 from disttutor.config import require_positive
+from disttutor.options import cli, opt
 
 
 # --------------------------------------------------------------------------- counted communication
@@ -147,16 +147,17 @@ def ring_all_reduce(w: Wire, flat: torch.Tensor) -> None:
 # --------------------------------------------------------------------------- one training step each
 @dataclass(frozen=True)
 class TrafficConfig:
-    steps: int = 3
-    batch: int = 96          # divisible by 2, 3 and 4 (the article's 64 is not divisible by 3)
-    d_in: int = 10
-    hidden: int = 100        # 10 -> 100 -> 10: the article's SimpleModel
-    classes: int = 10
-    lr: float = 0.1
-    pieces: int = 4          # pipeline depth of the chain broadcast/reduce
-    seed: int = 0
-    patterns: tuple[str, ...] = PATTERNS
-    sizes: tuple[int, ...] = ()  # device counts to measure in one job (subgroups 0..n-1); () = all ranks
+    steps: int = opt(3, "training steps per pattern and size")
+    batch: int = opt(96, "global batch (divisible by 2, 3 and 4; the article's 64 is not divisible by 3)")
+    d_in: int = opt(10, "input features")
+    hidden: int = opt(100, "hidden units (10 -> 100 -> 10: the article's SimpleModel)")
+    classes: int = opt(10, "classes")
+    lr: float = opt(0.1, "SGD learning rate")
+    pieces: int = opt(4, "pipeline depth of the chain broadcast/reduce")
+    seed: int = opt(0, "seed of the data and the weights")
+    patterns: tuple[str, ...] = opt(PATTERNS, f"communication patterns to measure, of {', '.join(PATTERNS)}")
+    sizes: tuple[int, ...] = opt((), "device counts to measure in one job, e.g. 2 3 4 (subgroups 0..n-1; "
+                                      "none: all ranks)")
 
     def __post_init__(self):
         require_positive(self, "steps", "batch", "d_in", "hidden", "classes", "pieces")
@@ -279,21 +280,8 @@ def grad_check(model, x, y, g_sum: torch.Tensor, world: int) -> dict[str, float]
             "grad_norm": float(g_full.norm())}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="dp_traffic", description=__doc__.splitlines()[0])
-    d = TrafficConfig()
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch", type=int, default=d.batch)
-    p.add_argument("--hidden", type=int, default=d.hidden)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--pieces", type=int, default=d.pieces)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--sizes", default="", help="comma-separated device counts, e.g. 2,3,4 (default: all ranks)")
-    p.add_argument("--patterns", default=",".join(d.patterns), help=f"comma-separated subset of {PATTERNS}")
-    a = p.parse_args(argv)
-    run(TrafficConfig(steps=a.steps, batch=a.batch, hidden=a.hidden, lr=a.lr, pieces=a.pieces, seed=a.seed,
-                      sizes=tuple(int(v) for v in a.sizes.split(",") if v),
-                      patterns=tuple(s for s in a.patterns.split(",") if s)))
+main = cli(TrafficConfig, run)  # the command line is derived from TrafficConfig's fields
+
 
 
 if __name__ == "__main__":
