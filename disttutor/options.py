@@ -193,12 +193,14 @@ def cli(cls: type[C], run: Callable[[C], Any], prog: str | None = None,
     """A program's ``main(argv=None)``: parse the command line into ``cls``, then ``run(cfg)``."""
 
     def main(argv: list[str] | None = None) -> Any:
-        mod = sys.modules.get(run.__module__)
-        name = prog or (run.__module__.rsplit(".", 1)[-1] if run.__module__ != "__main__" else None)
+        module = getattr(run, "__module__", None) or "__main__"
+        mod = sys.modules.get(module)
+        name = prog or (module.rsplit(".", 1)[-1] if module != "__main__" else None)
         desc = description or ((mod.__doc__ or "").strip().splitlines() or [""])[0] if mod else description
         return run(parse(cls, argv, prog=name, description=desc))
 
     main.__doc__ = f"Command line of {cls.__name__} (one --flag per field), then run()."
+    main.config = cls  # type: ignore[attr-defined]  # lets tools (launch, tests) find a program's options
     return main
 
 
