@@ -1,6 +1,8 @@
 """One small training loop, shared by every data-parallel program and its single-process reference.
 
-Introduced in chapter 4 (DDP); chapters 6-7 reuse it. The point of sharing it:
+Introduced in chapter 4 (DDP): :mod:`disttutor.programs.ddp_scratch` and the
+exercise checker :mod:`disttutor.checks.ddp` train with it, and its
+:class:`TrainConfig` fields are ``ddp_scratch``'s flags. The point of sharing it:
 a distributed run and the reference it is compared with execute *the same*
 code, so any difference is the parallelism, not a drifted copy of the loop.
 

@@ -12,6 +12,7 @@ from torch import nn
 import disttutor
 from disttutor import dataparallel as dp
 from disttutor.programs.dp_traffic import TrafficConfig
+from disttutor.source import source_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, D, HIDDEN, STEPS, LR = 12, 10, 100, 2, 0.1  # 12: divisible by 2 and 3 ranks
@@ -125,10 +126,10 @@ def test_dataparallel_without_gpus_just_calls_the_module():
 
 
 def test_source_lines_quotes_installed_torch_and_fails_loudly():
-    lines = dp.source_lines(nn.DataParallel.forward, "self.replicate(")
+    lines = source_lines(nn.DataParallel.forward, "self.replicate(")
     assert len(lines) == 1 and "data_parallel.py:" in lines[0] and "self.replicate(" in lines[0]
     with pytest.raises(LookupError, match="not found"):
-        dp.source_lines(nn.DataParallel.forward, "this line does not exist")
+        source_lines(nn.DataParallel.forward, "this line does not exist")
 
 
 # --------------------------------------------------------------------------- the notebook

@@ -21,7 +21,7 @@ from torch import nn
 
 import disttutor
 from disttutor import dataparallel as dp
-from disttutor.dataparallel import source_lines
+from disttutor.source import source_lines
 
 n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
 print(f"torch {torch.__version__}; GPUs visible: {n_gpu}")

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from disttutor import runtime
 from disttutor.data import regression
 from disttutor.models import MLP, seeded
-from disttutor.p2p import StageLink, Timeline
+from disttutor.p2p import StageLink
+from disttutor.timeline import Timeline
 from disttutor.config import require_positive
 from disttutor.options import cli, opt
 
@@ -147,24 +148,7 @@ def run(cfg: MPConfig) -> None:
         )
 
 
-def aligned_spans(results: list[dict]) -> list[list[tuple[str, float, float]]]:
-    """Every rank's timeline on one axis (seconds after the earliest rank's start). Notebook side."""
-    start = min(r["t0"] for r in results)
-    return [[(k, r["t0"] - start + s, r["t0"] - start + e) for k, s, e in r["timeline"]] for r in results]
-
-
-def compute_overlap_s(results: list[dict], kinds: tuple[str, ...] = ("fwd", "bwd")) -> float:
-    """Seconds during which two different ranks were computing at the same time (summed over pairs)."""
-    spans = [[(s, e) for k, s, e in rank if k in kinds] for rank in aligned_spans(results)]
-    total = 0.0
-    for a in range(len(spans)):
-        for b in range(a + 1, len(spans)):
-            total += sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in spans[a] for s2, e2 in spans[b])
-    return total
-
-
 main = cli(MPConfig, run)  # the command line is derived from MPConfig's fields
-
 
 
 if __name__ == "__main__":

@@ -27,14 +27,14 @@ from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleG
 from disttutor import runtime
 from disttutor.data import regression
 from disttutor.models import MLP, seeded
-from disttutor.schedules import SCHEDULES, Schedule
+from disttutor.schedules import SCHEDULES, ScheduleName
 from disttutor.config import require_positive
 from disttutor.options import cli, opt
 
 
 @dataclass(frozen=True)
 class PipeConfig:
-    schedule: Schedule = opt("1f1b", "pipeline schedule")
+    schedule: ScheduleName = opt("1f1b", "pipeline schedule")
     microbatches: int = opt(4, "m: micro-batches per mini-batch (per optimizer step)")
     stages_per_rank: int = opt(1, "v: > 1 only for the interleaved schedule")
     steps: int = opt(3, "optimizer steps; the timeline is recorded on the last one")
