@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import disttutor
-from disttutor import dataparallel as dp
+from disttutor import data_parallel as dp
 from disttutor.programs.dp_traffic import TrafficConfig
 from disttutor.source import source_lines
 
@@ -94,7 +94,7 @@ def test_traffic_program_matches_formulas_and_single_process(no_leftovers):
     # The plot helpers accept the run as it is (rows and figure).
     import matplotlib.pyplot as plt
 
-    from disttutor.viz.dp_traffic import plot_traffic, traffic_rows
+    from disttutor.viz.data_parallel import plot_traffic, traffic_rows
 
     rows = traffic_rows(res)
     assert len(rows) == 3 * (2 + 3) and all(r["matches"] for r in rows)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import disttutor
-from disttutor import dataparallel as dp
+from disttutor import data_parallel as dp
 from disttutor.source import source_lines
 
 n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -200,7 +200,7 @@ else:
 # cores with other jobs).
 
 # %%
-from disttutor.viz.dp_traffic import plot_traffic, traffic_rows
+from disttutor.viz.data_parallel import plot_traffic, traffic_rows
 
 job = disttutor.launch("dp_traffic", nproc=4, args={"steps": 3, "sizes": [2, 3, 4]}, timeout=150)
 runs = {n: [job.results[k]["runs"][str(n)] for k in range(n)] for n in (2, 3, 4)}  # runs[n][rank][pattern]

@@ -12,7 +12,7 @@ fixed batch exactly as DataParallel would:
 
 Every byte is counted from the size of the tensor handed to a real gloo
 send/recv/scatter/gather; the counts are compared with the textbook formulas in
-:func:`disttutor.dataparallel.expected_bytes`. These are collectives between CPU
+:func:`disttutor.data_parallel.expected_bytes`. These are collectives between CPU
 *processes*, not GPU peer copies: the byte counts carry over, the timings do not.
 
     disttutor run dp_traffic -n 4 -- --steps 3 --sizes 2 3 4   # N = 2, 3, 4 in one job
@@ -30,7 +30,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from disttutor import data, models, runtime
 from disttutor.wire import Wire, chain_broadcast, chain_reduce, counted_ring_all_reduce, star_broadcast, star_reduce
-from disttutor.dataparallel import PATTERNS
+from disttutor.data_parallel import PATTERNS
 from disttutor.config import require_positive
 from disttutor.options import cli, opt
 
