@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import importlib
 import sys
 import types
 import typing
@@ -39,7 +40,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 C = TypeVar("C")
 
-__all__ = ["opt", "parser_for", "parse", "cli", "to_argv", "flag"]
+__all__ = ["opt", "parser_for", "parse", "cli", "to_argv", "flag", "check_args"]
 
 
 def opt(default: Any, help: str = "", **metadata: Any) -> Any:
@@ -98,7 +99,9 @@ def _argument(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any]]
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that suggests the closest option for a misspelt one."""
+    """argparse that suggests the closest option for a misspelt one (and, for launch(), raises instead of exiting)."""
+
+    raise_errors = False
 
     def error(self, message: str) -> typing.NoReturn:  # noqa: D401
         if "unrecognized arguments:" in message:
@@ -112,6 +115,8 @@ class _Parser(argparse.ArgumentParser):
                         hints.append(f"{b} -> did you mean {close[0]}?")
             if hints:
                 message += " (" + "; ".join(hints) + ")"
+        if self.raise_errors:
+            raise ValueError(f"{self.prog}: {message}")
         super().error(message)
 
 
@@ -186,6 +191,37 @@ def parse(cls: type[C], argv: list[str] | None = None, prog: str | None = None,
     except (ValueError, TypeError) as e:
         p.error(str(e))
         raise  # unreachable: error() exits
+
+
+def check_args(module: str, args: Any) -> None:
+    """Before any process starts: ``args`` must be options that program ``module`` knows, with valid values.
+
+    Used by :func:`disttutor.launch` so that ``args={"sampels": 3}`` is a one-line
+    ``ValueError`` with a suggestion in the notebook, not a usage message from every
+    rank. Programs written with :func:`cli` are checked; anything else (a script,
+    a program with its own parser, a list of strings) is left to the program.
+    """
+    if args is None or isinstance(args, (str, list, tuple)) or not module.startswith("disttutor."):
+        return
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    cls = getattr(getattr(mod, "main", None), "config", None)
+    if cls is None:
+        return
+    if dataclasses.is_dataclass(args) and not isinstance(args, type) and not isinstance(args, cls):
+        raise TypeError(f"{module.rsplit('.', 1)[-1]} takes a {cls.__name__}, not a {type(args).__name__}")
+    p = parser_for(cls, prog=module.rsplit(".", 1)[-1])
+    p.raise_errors = True  # type: ignore[attr-defined]
+    ns = vars(p.parse_args(to_argv(args)))
+    for name in ns.pop("_tuple_fields"):
+        if isinstance(ns[name], list):
+            ns[name] = tuple(ns[name])
+    try:
+        _build(cls, ns)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{p.prog}: {e}") from None
 
 
 def cli(cls: type[C], run: Callable[[C], Any], prog: str | None = None,

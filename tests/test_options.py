@@ -163,3 +163,27 @@ def test_every_program_uses_the_options_pattern_and_round_trips(program, cls):
     for cfg in (cls(), _non_default(cls)):
         assert parse(cls, to_argv(cfg)) == cfg
     assert "--help" in parser_for(cls).format_help()
+
+
+def test_launch_args_are_checked_before_any_process_starts():
+    from disttutor.options import check_args
+
+    check_args("disttutor.programs.ddp", {"samples": 64, "set_epoch": False})  # fine: no error
+    with pytest.raises(ValueError, match="did you mean --samples"):
+        check_args("disttutor.programs.ddp", {"sampels": 64})
+    with pytest.raises(ValueError, match="epochs must be >= 1"):
+        check_args("disttutor.programs.ddp", {"epochs": 0})
+    with pytest.raises(ValueError, match="invalid choice"):
+        check_args("disttutor.programs.pipeline", {"schedule": "pipedream"})
+    with pytest.raises(TypeError, match="takes a DDPConfig"):
+        from disttutor.programs.hello import HelloConfig
+        check_args("disttutor.programs.ddp", HelloConfig())
+    check_args("disttutor.checks.ddp", {"anything": 1})  # not a cli() program: left to the program
+    check_args("disttutor.programs.ddp", ["--whatever"])  # a list is passed through as it is
+
+
+def test_launch_rejects_a_misspelt_option_without_starting_processes():
+    import disttutor
+
+    with pytest.raises(ValueError, match="did you mean --skip-rank"):
+        disttutor.launch("hello", 2, {"skip_rnak": 1}, timeout=5, stream=False)
