@@ -187,3 +187,28 @@ def test_launch_rejects_a_misspelt_option_without_starting_processes():
 
     with pytest.raises(ValueError, match="did you mean --skip-rank"):
         disttutor.launch("hello", 2, {"skip_rnak": 1}, timeout=5, stream=False)
+
+
+def test_contributing_template_is_true():
+    """CONTRIBUTING.md's program template runs as written and agrees with hello.py, which it abridges."""
+    import pathlib
+    import re
+    import sys
+    import types
+
+    from disttutor.programs import hello
+
+    text = (pathlib.Path(__file__).parents[1] / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    mod = types.ModuleType("contributing_template")
+    sys.modules[mod.__name__] = mod  # dataclasses resolve the (string) annotations through sys.modules
+    try:
+        exec(compile(block.replace('if __name__ == "__main__"', "if False"), "CONTRIBUTING.md", "exec"),
+             mod.__dict__)
+    finally:
+        del sys.modules[mod.__name__]
+    assert mod.main.config is mod.HelloConfig
+    assert parse(mod.HelloConfig, ["--size", "4"]).size == 4
+    real = {f.name: f.default for f in dataclasses.fields(hello.HelloConfig)}
+    for f in dataclasses.fields(mod.HelloConfig):
+        assert real[f.name] == f.default, f.name
