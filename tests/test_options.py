@@ -169,6 +169,7 @@ def test_launch_args_are_checked_before_any_process_starts():
     from disttutor.options import check_args
 
     check_args("disttutor.programs.ddp", {"samples": 64, "set_epoch": False})  # fine: no error
+    check_args("disttutor.programs.ddp", {"no_set_epoch": True})  # the switch's other spelling is a flag too
     with pytest.raises(ValueError, match="did you mean --samples"):
         check_args("disttutor.programs.ddp", {"sampels": 64})
     with pytest.raises(ValueError, match="epochs must be >= 1"):
