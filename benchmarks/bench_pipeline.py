@@ -29,7 +29,7 @@ from disttutor.schedules import PipeSpec, bubble_stats, formula, slots_from_even
 def measure(schedule: str, nproc: int, m: int, mb_size: int, width: int, layers: int, steps: int) -> dict:
     res = launch("pipeline", nproc=nproc, timeout=600, stream=False,
                  args={"schedule": schedule, "microbatches": m, "batch": m * mb_size, "width": width,
-                       "layers_per_stage": layers, "steps": steps, "no_reference": True})
+                       "layers_per_stage": layers, "steps": steps, "reference": False})
     slots = slots_from_events([r["timeline"] for r in res.results])
     st = bubble_stats(slots, nproc)
     busy = [s.end - s.start for s in slots]

@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 from . import contract
 from .collect import collect
 from .defaults import BACKENDS, default_backend, gpus_env
-from .options import to_argv
+from .options import check_args, to_argv
 from .procs import PRCTL, kill_tree, tie_to_parent
 from .stream import Display, label as _label, progress as _progress
 from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
@@ -207,6 +207,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     gpus = gpus_env()
     _validate(nproc, nnodes, backend, timeout, env, threads, max_procs_override or max_procs(), gpus)
     name, target = resolve_program(program)
+    if target[0] == "-m":  # a disttutor program's options are checked before any process starts
+        check_args(target[1], args)
     argv = _as_argv(args)
 
     run_dir = run_dir or tempfile.mkdtemp(prefix="disttutor-run-")

@@ -5,7 +5,7 @@ model split by layers. In the forward pass stage ``r`` receives its input
 activation from ``r - 1`` and sends its output to ``r + 1``; in the backward
 pass the gradient of that output comes back from ``r + 1`` and the gradient of
 its input goes to ``r - 1``. This module is only the communication (and the
-clock that tells busy time from waiting time); the training loop that uses it
+clock, a :class:`~disttutor.timeline.Timeline`, that tells busy time from waiting time); the training loop that uses it
 is :mod:`disttutor.programs.model_parallel`.
 
 ``dist.send`` / ``dist.recv`` are blocking and need the receiver to know the
@@ -15,41 +15,10 @@ chapter 7 infer those shapes once, up front, for the same reason).
 """
 from __future__ import annotations
 
-import contextlib
-import time
-from dataclasses import dataclass, field
-from typing import Iterator
-
 import torch
 import torch.distributed as dist
 
-
-@dataclass
-class Timeline:
-    """Intervals ``(kind, start_s, end_s)`` on one rank, relative to a shared start.
-
-    ``kind`` is ``"fwd"``/``"bwd"`` for compute (the rank is busy) and
-    ``"send"``/``"recv"`` for communication (the rank waits for a neighbour).
-    Whatever is in neither list is idle too (e.g. the optimizer step is ``"opt"``).
-    """
-
-    t0: float
-    spans: list[tuple[str, float, float]] = field(default_factory=list)
-
-    @contextlib.contextmanager
-    def span(self, kind: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.spans.append((kind, start - self.t0, time.perf_counter() - self.t0))
-
-    def total(self, *kinds: str) -> float:
-        return sum(e - s for k, s, e in self.spans if k in kinds)
-
-    def as_rows(self) -> list[list]:
-        """JSON-able: ``[[kind, start, end], ...]`` in seconds."""
-        return [[k, round(s, 6), round(e, 6)] for k, s, e in self.spans]
+from disttutor.timeline import Timeline
 
 
 class StageLink:

@@ -5,14 +5,16 @@ Introduced in chapter 0. Every worker program in :mod:`disttutor.programs`
 follows the same shape::
 
     from disttutor import runtime
+    from disttutor.options import cli
 
-    def main(argv=None):
-        cfg = parse(argv)                      # argparse only here
+    def run(cfg: Config) -> None:              # Config: the program's frozen dataclass
         with runtime.setup() as ctx:           # env -> backend/device -> group
             x = torch.ones(3, device=ctx.device) * ctx.rank
             dist.all_reduce(x)
             runtime.report(total=x.tolist())   # -> run_dir/rank{r}.json
         # the group is destroyed here, even after an exception
+
+    main = cli(Config, run)                    # the command line comes from Config's fields
 
 This module is the *only* place in the package that creates or destroys the
 default process group. It knows nothing about Jupyter: the run directory

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Literal, get_args
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+ScheduleName = Literal["gpipe", "1f1b", "interleaved"]
+SCHEDULES = get_args(ScheduleName)
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,12 @@ class Slot:
 
 
 @dataclass
-class Timeline:
-    """A drawn schedule: every slot, per rank, with what can be read off it."""
+class SimulatedSchedule:
+    """A drawn schedule: every slot, per rank, with what can be read off it.
+
+    Simulated, not measured: a measured run is a :class:`disttutor.timeline.Timeline` per rank
+    (chapter 6) or, for chapter 7's pipeline, its reported events read by :func:`slots_from_events`.
+    """
 
     spec: PipeSpec
     slots: list[Slot]
@@ -192,7 +198,7 @@ def _interleaved_order(spec: PipeSpec, r: int) -> list[Action]:
     return acts
 
 
-def simulate(spec: PipeSpec) -> Timeline:
+def simulate(spec: PipeSpec) -> SimulatedSchedule:
     """Play the rank orders out: each action starts when its rank is free and its inputs exist."""
     p, v, n_stages = spec.p, spec.v, spec.n_stages
     cost = {"F": 1.0 / v, "B": spec.backward_cost / v}
@@ -228,7 +234,7 @@ def simulate(spec: PipeSpec) -> Timeline:
         if not progressed:  # an order that waits on itself: a schedule bug, not a long wait
             stuck = {r: orders[r][pos[r]] for r in range(p) if pos[r] < len(orders[r])}
             raise RuntimeError(f"schedule deadlocks: each rank waits on another ({stuck})")
-    return Timeline(spec, slots, peak_in_flight(spec, orders))
+    return SimulatedSchedule(spec, slots, peak_in_flight(spec, orders))
 
 
 def peak_in_flight(spec: PipeSpec, orders: list[list[Action]] | None = None) -> list[float]:

@@ -1,6 +1,8 @@
 """One small training loop, shared by every data-parallel program and its single-process reference.
 
-Introduced in chapter 4 (DDP); chapters 6-7 reuse it. The point of sharing it:
+Introduced in chapter 4 (DDP): :mod:`disttutor.programs.ddp_scratch` and the
+exercise checker :mod:`disttutor.checks.ddp` train with it, and its
+:class:`TrainConfig` fields are ``ddp_scratch``'s flags. The point of sharing it:
 a distributed run and the reference it is compared with execute *the same*
 code, so any difference is the parallelism, not a drifted copy of the loop.
 
@@ -25,28 +27,29 @@ from torch import nn
 from .data import regression
 from .models import MLP, seeded
 from disttutor.config import require_positive
+from disttutor.options import opt
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """The model, data and optimiser of a small regression run (all fixed by ``seed``)."""
 
-    n: int = 256                       # samples in the dataset
-    d_in: int = 16
-    hidden: tuple[int, ...] = (32, 32)
-    d_out: int = 4
-    batch: int = 32                    # GLOBAL batch per step, split evenly over the ranks
-    steps: int = 4
-    lr: float = 0.05
-    seed: int = 0
+    samples: int = opt(256, "samples in the dataset")
+    d_in: int = opt(16, "input features")
+    hidden: tuple[int, ...] = opt((32, 32), "hidden layer widths")
+    d_out: int = opt(4, "outputs")
+    batch: int = opt(32, "GLOBAL batch per step, split evenly over the ranks")
+    steps: int = opt(4, "optimizer steps")
+    lr: float = opt(0.05, "SGD learning rate")
+    seed: int = opt(0, "seed of the weights and the data")
 
     def __post_init__(self):
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        require_positive(self, "n", "d_in", "d_out", "batch", "steps")
+        require_positive(self, "samples", "d_in", "d_out", "batch", "steps")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden sizes must be >= 1, got {self.hidden}")
-        if self.batch > self.n:
-            raise ValueError(f"batch ({self.batch}) cannot exceed the dataset size n ({self.n})")
+        if self.batch > self.samples:
+            raise ValueError(f"batch ({self.batch}) cannot exceed the dataset size samples ({self.samples})")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
@@ -63,13 +66,13 @@ def build_model(cfg: TrainConfig) -> nn.Module:
 
 
 def build_data(cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    ds = regression(cfg.n, cfg.d_in, cfg.d_out, seed=cfg.seed + 1)
+    ds = regression(cfg.samples, cfg.d_in, cfg.d_out, seed=cfg.seed + 1)
     return ds.tensors[0], ds.tensors[1]
 
 
 def global_batch(cfg: TrainConfig, x: torch.Tensor, y: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``[step*B, (step+1)*B)`` of the dataset, wrapping around its end."""
-    idx = (torch.arange(cfg.batch) + step * cfg.batch) % cfg.n
+    idx = (torch.arange(cfg.batch) + step * cfg.batch) % cfg.samples
     return x[idx], y[idx]
 
 

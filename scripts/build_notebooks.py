@@ -21,7 +21,8 @@ outputs are made. ``tests/test_notebooks.py`` checks that every committed
 notebook matches its source and carries outputs.
 
     python3 course.py execute                      # all chapters
-    python3 course.py execute chapters/src/02_collectives.py
+    python3 course.py execute chapters/src/02_process_groups_collectives.py
+    python scripts/build_notebooks.py chapters/src/04_ddp.py   # this script, in the current environment
 """
 from __future__ import annotations
 

@@ -18,16 +18,6 @@ def descendants() -> list[psutil.Process]:
     return psutil.Process().children(recursive=True)
 
 
-def torch_workers() -> list[psutil.Process]:
-    """Every process on the machine that runs torchrun or a disttutor program (orphans included)."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info.get("cmdline") or [])
-        if "torch.distributed.run" in cmd or "disttutor.programs" in cmd or "disttutor.checks" in cmd:
-            found.append(p)
-    return found
-
-
 @pytest.fixture
 def no_leftovers():
     """Fails the test if it leaves any child process behind."""

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 import disttutor
-from disttutor import dataparallel as dp
+from disttutor import data_parallel as dp
 from disttutor.programs.dp_traffic import TrafficConfig
+from disttutor.source import source_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, D, HIDDEN, STEPS, LR = 12, 10, 100, 2, 0.1  # 12: divisible by 2 and 3 ranks
@@ -64,7 +65,7 @@ def test_formula_and_config_errors_are_clear():
 @pytest.mark.timeout(200)
 def test_traffic_program_matches_formulas_and_single_process(no_leftovers):
     # One job of 3 ranks measures N = 2 (subgroup 0..1) and N = 3 (all ranks).
-    res = disttutor.launch("dp_traffic", nproc=3, args={"steps": STEPS, "batch": BATCH, "lr": LR, "sizes": "2,3"},
+    res = disttutor.launch("dp_traffic", nproc=3, args={"steps": STEPS, "batch": BATCH, "lr": LR, "sizes": [2, 3]},
                            timeout=150, stream=False)
     r0 = res.results[0]
     assert r0["n_params"] == 2110  # the article's 10 -> 100 -> 10 model
@@ -93,7 +94,7 @@ def test_traffic_program_matches_formulas_and_single_process(no_leftovers):
     # The plot helpers accept the run as it is (rows and figure).
     import matplotlib.pyplot as plt
 
-    from disttutor.viz.dp_traffic import plot_traffic, traffic_rows
+    from disttutor.viz.data_parallel import plot_traffic, traffic_rows
 
     rows = traffic_rows(res)
     assert len(rows) == 3 * (2 + 3) and all(r["matches"] for r in rows)
@@ -125,10 +126,10 @@ def test_dataparallel_without_gpus_just_calls_the_module():
 
 
 def test_source_lines_quotes_installed_torch_and_fails_loudly():
-    lines = dp.source_lines(nn.DataParallel.forward, "self.replicate(")
+    lines = source_lines(nn.DataParallel.forward, "self.replicate(")
     assert len(lines) == 1 and "data_parallel.py:" in lines[0] and "self.replicate(" in lines[0]
     with pytest.raises(LookupError, match="not found"):
-        dp.source_lines(nn.DataParallel.forward, "this line does not exist")
+        source_lines(nn.DataParallel.forward, "this line does not exist")
 
 
 # --------------------------------------------------------------------------- the notebook

@@ -50,7 +50,7 @@ def test_ddp_sampler_broadcast_and_checkpoint(tmp_path, no_leftovers):
 
 @pytest.mark.timeout(150)
 def test_no_set_epoch_drop_last_and_join(no_leftovers):
-    res = disttutor.launch("ddp", 2, {"samples": N, "epochs": 3, "batch_size": 2, "show": 0, "no_set_epoch": True,
+    res = disttutor.launch("ddp", 2, {"samples": N, "epochs": 3, "batch_size": 2, "show": 0, "set_epoch": False,
                                       "drop_last": True, "uneven": 1, "join": True},
                            stream=False, timeout=120, collective_timeout=30)
     r0, r1 = res.results

@@ -16,7 +16,7 @@ from disttutor.checks.tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: 
 
 def test_train_config_validation():
     with pytest.raises(ValueError, match="batch"):
-        TrainConfig(batch=300, n=256)
+        TrainConfig(batch=300, samples=256)
     with pytest.raises(ValueError, match="evenly"):
         TrainConfig(batch=32).check_world(3)
 

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 import disttutor
-from disttutor import dataparallel as dp
-from disttutor.dataparallel import source_lines
+from disttutor import data_parallel as dp
+from disttutor.source import source_lines
 
 n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
 print(f"torch {torch.__version__}; GPUs visible: {n_gpu}")
@@ -200,9 +200,9 @@ else:
 # cores with other jobs).
 
 # %%
-from disttutor.viz.dp_traffic import plot_traffic, traffic_rows
+from disttutor.viz.data_parallel import plot_traffic, traffic_rows
 
-job = disttutor.launch("dp_traffic", nproc=4, args={"steps": 3, "sizes": "2,3,4"}, timeout=150)
+job = disttutor.launch("dp_traffic", nproc=4, args={"steps": 3, "sizes": [2, 3, 4]}, timeout=150)
 runs = {n: [job.results[k]["runs"][str(n)] for k in range(n)] for n in (2, 3, 4)}  # runs[n][rank][pattern]
 rows = traffic_rows(job)
 print(f"{len(rows)} (N, pattern, rank) rows; all ranks ok: {job.ok}")

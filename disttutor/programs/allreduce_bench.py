@@ -17,7 +17,6 @@ tensor (``correct``) -- a fast wrong algorithm is worth nothing::
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ import torch
 import torch.distributed as dist
 
 from disttutor import runtime
+from disttutor.config import require_non_negative, require_positive
+from disttutor.options import cli, opt
 from disttutor.scratch.allreduce import ALGORITHMS
 
 
@@ -39,11 +40,11 @@ FUNCS = {"builtin": builtin_all_reduce, **ALGORITHMS}
 
 @dataclass(frozen=True)
 class BenchConfig:
-    sizes: tuple[int, ...] = (4096, 65536, 1 << 20)  # bytes per rank
-    algos: tuple[str, ...] = ("builtin", "naive", "tree", "ring")
-    iters: int = 5
-    warmup: int = 1
-    verify: bool = True
+    sizes: tuple[int, ...] = opt((4096, 65536, 1 << 20), "bytes of float32 data per rank")
+    algos: tuple[str, ...] = opt(("builtin", "naive", "tree", "ring"), f"algorithms to time, of {', '.join(FUNCS)}")
+    iters: int = opt(5, "timed calls per size and algorithm")
+    warmup: int = opt(1, "untimed calls first (connections, allocator)")
+    verify: bool = opt(True, "check every algorithm against dist.all_reduce first")
 
     def __post_init__(self):
         bad = [a for a in self.algos if a not in FUNCS]
@@ -53,8 +54,8 @@ class BenchConfig:
             raise ValueError(f"sizes are bytes of float32 data: each must be >= 4, got {self.sizes}")
         if any(s > 1 << 30 for s in self.sizes):
             raise ValueError("sizes above 1 GiB per rank would not fit a laptop's memory comfortably")
-        if self.iters < 1 or self.warmup < 0:
-            raise ValueError(f"need iters >= 1 and warmup >= 0, got iters={self.iters}, warmup={self.warmup}")
+        require_positive(self, "iters")
+        require_non_negative(self, "warmup")
 
 
 def verify(device: torch.device, algos: tuple[str, ...]) -> dict[str, bool]:
@@ -105,16 +106,7 @@ def run(cfg: BenchConfig) -> None:
             runtime.report(correct=correct)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="allreduce_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=list(BenchConfig.sizes), help="bytes per rank")
-    p.add_argument("--algos", nargs="+", default=list(BenchConfig.algos), choices=list(FUNCS))
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--no-verify", action="store_true")
-    a = p.parse_args(argv)
-    run(BenchConfig(sizes=tuple(a.sizes), algos=tuple(a.algos), iters=a.iters, warmup=a.warmup,
-                    verify=not a.no_verify))
+main = cli(BenchConfig, run)  # the command line is derived from BenchConfig's fields
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ timeout (the bug the ring all-reduce avoids with ``isend``/``irecv``)::
 """
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 
@@ -23,6 +22,8 @@ import torch
 import torch.distributed as dist
 
 from disttutor import runtime
+from disttutor.config import require_non_negative, require_positive
+from disttutor.options import cli, opt
 
 OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter",
        "send_recv", "isend_irecv", "barrier")
@@ -30,19 +31,17 @@ OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gat
 
 @dataclass(frozen=True)
 class CollectivesConfig:
-    ops: tuple[str, ...] = OPS
-    size: int = 2              # elements per rank
-    barrier_stagger: float = 0.2  # rank r sleeps r * this before the barrier
-    deadlock: bool = False     # demo: two blocking sends facing each other
+    ops: tuple[str, ...] = opt(OPS, f"collectives to run, of {', '.join(OPS)}")
+    size: int = opt(2, "elements per rank")
+    barrier_stagger: float = opt(0.2, "rank r sleeps r * this many seconds before the barrier")
+    deadlock: bool = opt(False, "demo: two blocking sends facing each other")
 
     def __post_init__(self):
         unknown = [o for o in self.ops if o not in OPS]
-        if unknown:
-            raise ValueError(f"unknown op(s) {unknown}; choose from {', '.join(OPS)}")
-        if self.size < 1:
-            raise ValueError(f"size must be >= 1, got {self.size}")
-        if self.barrier_stagger < 0:
-            raise ValueError(f"barrier_stagger must be >= 0, got {self.barrier_stagger}")
+        if unknown or not self.ops:
+            raise ValueError(f"unknown op(s) {unknown or self.ops}; choose from {', '.join(OPS)}")
+        require_positive(self, "size")
+        require_non_negative(self, "barrier_stagger")
 
 
 def start(rank: int, size: int, device: torch.device, k: int = 1) -> torch.Tensor:
@@ -149,14 +148,7 @@ def run(cfg: CollectivesConfig) -> None:
         runtime.report(backend=ctx.backend, device=str(ctx.device))
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="collectives", description=__doc__.splitlines()[0])
-    p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
-    p.add_argument("--size", type=int, default=2)
-    p.add_argument("--barrier-stagger", type=float, default=0.2)
-    p.add_argument("--deadlock", action="store_true")
-    a = p.parse_args(argv)
-    run(CollectivesConfig(ops=tuple(a.ops), size=a.size, barrier_stagger=a.barrier_stagger, deadlock=a.deadlock))
+main = cli(CollectivesConfig, run)  # the command line is derived from CollectivesConfig's fields
 
 
 if __name__ == "__main__":

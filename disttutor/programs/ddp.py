@@ -14,14 +14,12 @@ What changed from the article, and why (each is a comment below too):
 * rank 0 saves ``model.module.state_dict()`` (no ``module.`` prefix); the others load it.
 
 Flags for the chapter's experiments: ``--no-set-epoch``, ``--drop-last``, ``--uneven N``
-(+ ``--join``), ``--unused-demo``. The dataset size is ``--samples``, not ``--n``: torchrun's
-own parser would read ``--n`` as an ambiguous abbreviation of its options.
+(+ ``--join``), ``--unused-demo``; ``--help`` lists them all (from :class:`DDPConfig`).
 
     disttutor run ddp -n 4 -- --epochs 3 --save /tmp/model.pt
 """
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 
@@ -35,28 +33,28 @@ from torch.utils.data import DataLoader, DistributedSampler
 from disttutor import runtime
 from disttutor.data import classification
 from disttutor.models import MLP, param_summary
-from disttutor.config import require_positive
+from disttutor.config import require_non_negative, require_positive
+from disttutor.options import cli, opt
 
 
 @dataclass(frozen=True)
 class DDPConfig:
-    n: int = 512               # samples in the dataset
-    epochs: int = 3
-    batch_size: int = 32       # PER RANK, as in the article (global batch = batch_size * world_size)
-    lr: float = 0.05
-    seed: int = 0
-    set_epoch: bool = True
-    drop_last: bool = False
-    save: str = ""             # path for rank 0's checkpoint ("" = do not save)
-    show: int = 6              # indices of each epoch's sampler order to report
-    uneven: int = 0            # the last rank skips this many batches per epoch
-    join: bool = False         # wrap the loop in torch.distributed.algorithms.Join
-    unused_demo: bool = False  # train a model with an unused layer, without and with find_unused_parameters
+    samples: int = opt(512, "samples in the dataset")
+    epochs: int = opt(3, "passes over the dataset")
+    batch_size: int = opt(32, "PER RANK, as in the article (global batch = batch_size * world_size)")
+    lr: float = opt(0.05, "SGD learning rate")
+    seed: int = opt(0, "seed of the dataset and the weights")
+    set_epoch: bool = opt(True, "call sampler.set_epoch(epoch) (without it every epoch repeats epoch 0's order)")
+    drop_last: bool = opt(False, "DistributedSampler drops the tail instead of padding with repeats")
+    save: str = opt("", "path for rank 0's checkpoint (empty: do not save)")
+    show: int = opt(6, "indices of each epoch's sampler order to report")
+    uneven: int = opt(0, "the last rank skips this many batches per epoch")
+    join: bool = opt(False, "wrap the loop in torch.distributed.algorithms.Join")
+    unused_demo: bool = opt(False, "train a model with an unused layer, without and with find_unused_parameters")
 
     def __post_init__(self):
-        require_positive(self, "n", "epochs", "batch_size")
-        if self.show < 0 or self.uneven < 0:
-            raise ValueError("show and uneven must be >= 0")
+        require_positive(self, "samples", "epochs", "batch_size")
+        require_non_negative(self, "show", "uneven")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.save and not os.path.isdir(os.path.dirname(os.path.abspath(self.save))):
@@ -80,8 +78,8 @@ def wrap(model: nn.Module, ctx: runtime.Context, **kw) -> DDP:
 def train(cfg: DDPConfig, ctx: runtime.Context) -> dict:
     # Same seed on every rank -> the same dataset everywhere; the sampler then
     # hands each rank a disjoint part of ONE dataset.
-    dataset = classification(cfg.n, d_in=10, classes=10, seed=cfg.seed)
-    article_data = torch.randn(cfg.n, 10)  # the article's RandomDataset: unseeded, differs per process
+    dataset = classification(cfg.samples, d_in=10, classes=10, seed=cfg.seed)
+    article_data = torch.randn(cfg.samples, 10)  # the article's RandomDataset: unseeded, differs per process
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
                                  seed=cfg.seed, drop_last=cfg.drop_last)
     loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
@@ -180,24 +178,7 @@ def run(cfg: DDPConfig) -> None:
         runtime.report(**(unused_demo(cfg, ctx) if cfg.unused_demo else train(cfg, ctx)))
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="ddp", description=__doc__.splitlines()[0])
-    p.add_argument("--samples", type=int, default=512, help="dataset size")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-set-epoch", action="store_true")
-    p.add_argument("--drop-last", action="store_true")
-    p.add_argument("--save", default="")
-    p.add_argument("--show", type=int, default=6)
-    p.add_argument("--uneven", type=int, default=0)
-    p.add_argument("--join", action="store_true")
-    p.add_argument("--unused-demo", action="store_true")
-    a = p.parse_args(argv)
-    run(DDPConfig(n=a.samples, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
-                  set_epoch=not a.no_set_epoch, drop_last=a.drop_last, save=a.save, show=a.show, uneven=a.uneven, join=a.join,
-                  unused_demo=a.unused_demo))
+main = cli(DDPConfig, run)  # the command line is derived from DDPConfig's fields
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ gradient hooks during backward). Each rank reports ``runs[wrapper]``. Modes:
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from disttutor import runtime
+from disttutor.config import require_non_negative, require_positive
+from disttutor.options import cli, opt
 from disttutor.scratch.ddp import BucketedDDP, NaiveDDP
 from disttutor.train import (Reference, TrainConfig, build_data, build_model, compare, global_batch, local_batch,
                              make_optimizer, train_step)
@@ -35,14 +36,16 @@ WRAPPERS = ("torch", "naive", "bucketed")
 
 @dataclass(frozen=True)
 class ScratchConfig:
+    # The shared loop's model, data and optimiser: its fields are this program's flags too
+    # (--samples, --batch, --hidden, ...), written once, in disttutor.train.
     train: TrainConfig = field(default_factory=TrainConfig)
-    bucket_cap: int = 600            # elements per bucket (torch: converted to bucket_cap_mb)
-    reference: bool = False
-    trace: bool = False
-    time: bool = False
-    wrappers: tuple[str, ...] = WRAPPERS  # run (or timed, with --time) one after the other
-    rounds: int = 3                  # timed rounds per wrapper, interleaved to share the machine's noise
-    warmup: int = 2
+    bucket_cap: int = opt(600, "elements per bucket (torch DDP: converted to bucket_cap_mb)")
+    reference: bool = opt(False, "compare every rank with a single-process model after each step")
+    trace: bool = opt(False, "record when gradients became ready and buckets were launched")
+    time: bool = opt(False, "time the wrappers in interleaved rounds")
+    wrappers: tuple[str, ...] = opt(WRAPPERS, f"run (or time) these one after the other, of {', '.join(WRAPPERS)}")
+    rounds: int = opt(3, "timed rounds per wrapper, interleaved to share the machine's noise")
+    warmup: int = opt(2, "untimed steps before each timed round")
 
     def __post_init__(self):
         if not self.wrappers:
@@ -50,10 +53,8 @@ class ScratchConfig:
         bad = [w for w in self.wrappers if w not in WRAPPERS]
         if bad:
             raise ValueError(f"unknown wrapper(s) {bad}: choose from {WRAPPERS}")
-        if self.bucket_cap < 1:
-            raise ValueError(f"bucket_cap must be >= 1 element, got {self.bucket_cap}")
-        if self.rounds < 1 or self.warmup < 0:
-            raise ValueError("rounds must be >= 1 and warmup >= 0")
+        require_positive(self, "bucket_cap", "rounds")
+        require_non_negative(self, "warmup")
 
 
 def wrap(model, kind: str, ctx: runtime.Context, bucket_cap: int, trace: list | None = None):
@@ -153,25 +154,7 @@ def run(cfg: ScratchConfig) -> None:
             runtime.report(runs={kind: train(cfg, ctx, kind) for kind in cfg.wrappers})
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="ddp_scratch", description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--batch", type=int, default=32, help="global batch (a multiple of the world size)")
-    p.add_argument("--samples", type=int, default=256, help="dataset size")
-    p.add_argument("--d-in", type=int, default=16)
-    p.add_argument("--hidden", type=int, nargs="+", default=[32, 32])
-    p.add_argument("--d-out", type=int, default=4)
-    p.add_argument("--bucket-cap", type=int, default=600)
-    p.add_argument("--reference", action="store_true")
-    p.add_argument("--trace", action="store_true")
-    p.add_argument("--time", action="store_true")
-    p.add_argument("--wrappers", nargs="+", default=list(WRAPPERS))
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=2)
-    a = p.parse_args(argv)
-    tc = TrainConfig(n=a.samples, d_in=a.d_in, hidden=tuple(a.hidden), d_out=a.d_out, batch=a.batch, steps=a.steps)
-    run(ScratchConfig(train=tc, bucket_cap=a.bucket_cap, reference=a.reference,
-                      trace=a.trace, time=a.time, wrappers=tuple(a.wrappers), rounds=a.rounds, warmup=a.warmup))
+main = cli(ScratchConfig, run)  # flags: ScratchConfig's fields and its nested TrainConfig's
 
 
 if __name__ == "__main__":

@@ -12,17 +12,15 @@ fixed batch exactly as DataParallel would:
 
 Every byte is counted from the size of the tensor handed to a real gloo
 send/recv/scatter/gather; the counts are compared with the textbook formulas in
-:func:`disttutor.dataparallel.expected_bytes`. These are collectives between CPU
+:func:`disttutor.data_parallel.expected_bytes`. These are collectives between CPU
 *processes*, not GPU peer copies: the byte counts carry over, the timings do not.
 
-    disttutor run dp_traffic -n 4 -- --steps 3 --sizes 2,3,4   # N = 2, 3, 4 in one job
+    disttutor run dp_traffic -n 4 -- --steps 3 --sizes 2 3 4   # N = 2, 3, 4 in one job
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
@@ -31,132 +29,26 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from disttutor import data, models, runtime
-from disttutor.dataparallel import PATTERNS
+from disttutor.wire import Wire, chain_broadcast, chain_reduce, counted_ring_all_reduce, star_broadcast, star_reduce
+from disttutor.data_parallel import PATTERNS
 from disttutor.config import require_positive
-
-
-# --------------------------------------------------------------------------- counted communication
-class Wire:
-    """Real gloo point-to-point and scatter/gather calls that count the bytes they move, per phase."""
-
-    def __init__(self, rank: int, world: int, group=None):
-        # The groups used here are ranks 0..world-1, so a rank's global number is also its number in
-        # the group: dst/src below can be passed as they are.
-        self.rank, self.world, self.group = rank, world, group
-        self.out: dict[str, int] = defaultdict(int)  # bytes sent, per phase
-        self.inn: dict[str, int] = defaultdict(int)  # bytes received, per phase
-        self._sends: list = []
-
-    def send(self, t: torch.Tensor, dst: int, phase: str) -> None:
-        self.out[phase] += t.numel() * t.element_size()
-        self._sends.append((dist.isend(t, dst, group=self.group), t))  # keep t alive until the send completes
-
-    def recv(self, t: torch.Tensor, src: int, phase: str) -> None:
-        self.inn[phase] += t.numel() * t.element_size()
-        dist.irecv(t, src, group=self.group).wait()
-
-    def flush(self) -> None:
-        for work, _ in self._sends:
-            work.wait()
-        self._sends.clear()
-
-    def scatter(self, out: torch.Tensor, full: torch.Tensor | None, phase: str) -> None:
-        """Rank 0 sends shard r of ``full`` to rank r (its own shard stays local: no bytes)."""
-        chunks = list(full.chunk(self.world)) if self.rank == 0 else None
-        dist.scatter(out, chunks, src=0, group=self.group)
-        n = out.numel() * out.element_size()
-        if self.rank == 0:
-            self.out[phase] += n * (self.world - 1)
-        else:
-            self.inn[phase] += n
-
-    def gather(self, t: torch.Tensor, phase: str) -> torch.Tensor | None:
-        """Every rank's ``t`` lands on rank 0, concatenated along dim 0 (None elsewhere)."""
-        bufs = [torch.empty_like(t) for _ in range(self.world)] if self.rank == 0 else None
-        dist.gather(t, bufs, dst=0, group=self.group)
-        n = t.numel() * t.element_size()
-        if self.rank == 0:
-            self.inn[phase] += n * (self.world - 1)
-            return torch.cat(bufs)
-        self.out[phase] += n
-        return None
-
-
-def star_broadcast(w: Wire, flat: torch.Tensor, phase: str) -> None:
-    """Rank 0 copies ``flat`` to every other rank in turn: (N-1)*S leave rank 0."""
-    if w.rank == 0:
-        for r in range(1, w.world):
-            w.send(flat, r, phase)
-    else:
-        w.recv(flat, 0, phase)
-    w.flush()
-
-
-def star_reduce(w: Wire, flat: torch.Tensor, phase: str) -> None:
-    """Every rank copies ``flat`` to rank 0, which sums them in place: (N-1)*S arrive at rank 0."""
-    if w.rank == 0:
-        buf = torch.empty_like(flat)
-        for r in range(1, w.world):
-            w.recv(buf, r, phase)
-            flat.add_(buf)
-    else:
-        w.send(flat, 0, phase)
-    w.flush()
-
-
-def chain_broadcast(w: Wire, flat: torch.Tensor, phase: str, pieces: int) -> None:
-    """0 -> 1 -> ... -> N-1, piece by piece: each rank forwards piece i while receiving piece i+1."""
-    for part in flat.tensor_split(pieces):
-        if w.rank > 0:
-            w.recv(part, w.rank - 1, phase)
-        if w.rank < w.world - 1:
-            w.send(part, w.rank + 1, phase)
-    w.flush()
-
-
-def chain_reduce(w: Wire, flat: torch.Tensor, phase: str, pieces: int) -> None:
-    """N-1 -> ... -> 0, piece by piece, each rank adding its own part: the sum arrives at rank 0."""
-    buf = torch.empty_like(flat)
-    for part, b in zip(flat.tensor_split(pieces), buf.tensor_split(pieces)):
-        if w.rank < w.world - 1:
-            w.recv(b, w.rank + 1, phase)
-            part.add_(b)
-        if w.rank > 0:
-            w.send(part, w.rank - 1, phase)  # part is never written again: safe to send async
-    w.flush()
-
-
-def ring_all_reduce(w: Wire, flat: torch.Tensor) -> None:
-    """Sum ``flat`` over all ranks in place: reduce-scatter then all-gather around a ring."""
-    n, r = w.world, w.rank
-    chunks = list(flat.tensor_split(n))
-    right, left = (r + 1) % n, (r - 1) % n
-    for k in range(n - 1):  # after this, rank r holds the full sum of chunk r+1
-        into = chunks[(r - k - 1) % n]
-        buf = torch.empty_like(into)
-        w.send(chunks[(r - k) % n], right, "reduce-scatter")
-        w.recv(buf, left, "reduce-scatter")
-        into.add_(buf)
-        w.flush()
-    for k in range(n - 1):  # pass the finished chunks around
-        w.send(chunks[(r + 1 - k) % n], right, "all-gather")
-        w.recv(chunks[(r - k) % n], left, "all-gather")
-        w.flush()
+from disttutor.options import cli, opt
 
 
 # --------------------------------------------------------------------------- one training step each
 @dataclass(frozen=True)
 class TrafficConfig:
-    steps: int = 3
-    batch: int = 96          # divisible by 2, 3 and 4 (the article's 64 is not divisible by 3)
-    d_in: int = 10
-    hidden: int = 100        # 10 -> 100 -> 10: the article's SimpleModel
-    classes: int = 10
-    lr: float = 0.1
-    pieces: int = 4          # pipeline depth of the chain broadcast/reduce
-    seed: int = 0
-    patterns: tuple[str, ...] = PATTERNS
-    sizes: tuple[int, ...] = ()  # device counts to measure in one job (subgroups 0..n-1); () = all ranks
+    steps: int = opt(3, "training steps per pattern and size")
+    batch: int = opt(96, "global batch (divisible by 2, 3 and 4; the article's 64 is not divisible by 3)")
+    d_in: int = opt(10, "input features")
+    hidden: int = opt(100, "hidden units (10 -> 100 -> 10: the article's SimpleModel)")
+    classes: int = opt(10, "classes")
+    lr: float = opt(0.1, "SGD learning rate")
+    pieces: int = opt(4, "pipeline depth of the chain broadcast/reduce")
+    seed: int = opt(0, "seed of the data and the weights")
+    patterns: tuple[str, ...] = opt(PATTERNS, f"communication patterns to measure, of {', '.join(PATTERNS)}")
+    sizes: tuple[int, ...] = opt((), "device counts to measure in one job, e.g. 2 3 4 (subgroups 0..n-1; "
+                                      "none: all ranks)")
 
     def __post_init__(self):
         require_positive(self, "steps", "batch", "d_in", "hidden", "classes", "pieces")
@@ -207,7 +99,7 @@ def ddp_step(w: Wire, model, x, y, cfg: TrafficConfig) -> tuple[float, torch.Ten
     loss = F.cross_entropy(model(x[shard]), y[shard])  # each rank reads its own shard: no input traffic
     loss.backward()
     g = parameters_to_vector([p.grad for p in params])
-    ring_all_reduce(w, g)
+    counted_ring_all_reduce(w, g)
     g /= w.world  # each local loss is a mean over B/N samples: the sum of N of them is N x too big
     return loss.item(), g
 
@@ -279,21 +171,8 @@ def grad_check(model, x, y, g_sum: torch.Tensor, world: int) -> dict[str, float]
             "grad_norm": float(g_full.norm())}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="dp_traffic", description=__doc__.splitlines()[0])
-    d = TrafficConfig()
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch", type=int, default=d.batch)
-    p.add_argument("--hidden", type=int, default=d.hidden)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--pieces", type=int, default=d.pieces)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--sizes", default="", help="comma-separated device counts, e.g. 2,3,4 (default: all ranks)")
-    p.add_argument("--patterns", default=",".join(d.patterns), help=f"comma-separated subset of {PATTERNS}")
-    a = p.parse_args(argv)
-    run(TrafficConfig(steps=a.steps, batch=a.batch, hidden=a.hidden, lr=a.lr, pieces=a.pieces, seed=a.seed,
-                      sizes=tuple(int(v) for v in a.sizes.split(",") if v),
-                      patterns=tuple(s for s in a.patterns.split(",") if s)))
+main = cli(TrafficConfig, run)  # the command line is derived from TrafficConfig's fields
+
 
 
 if __name__ == "__main__":

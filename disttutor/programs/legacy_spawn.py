@@ -24,7 +24,6 @@ timeout kills the whole tree, children included).
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import glob
 import json
@@ -36,13 +35,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from disttutor import runtime
+from disttutor.options import cli, opt
 
 
 @dataclass(frozen=True)
 class LegacyConfig:
-    gpus: int = 2          # what torch.cuda.device_count() returns on the article's machine
-    timeout: float = 3.0   # seconds a child's init/all-reduce may wait (short: a clash must not stall the cell)
-    fixed: bool = False    # the torchrun form: one process per device, no mp.spawn
+    gpus: int = opt(2, "children each launched process spawns (torch.cuda.device_count() on the article's machine)")
+    # short: a clash of two spawned groups must not stall the notebook cell
+    timeout: float = opt(3.0, "seconds a child's init/all-reduce may wait")
+    fixed: bool = opt(False, "the torchrun form: one process per device, no mp.spawn")
 
     def __post_init__(self):
         if not 1 <= self.gpus <= 4:
@@ -126,14 +127,12 @@ def _record_in_group(ctx: "runtime.Context") -> dict:
             "ok": True, "sum": one.item(), "partners": partners, "error": None}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="legacy_spawn", description=__doc__.splitlines()[0])
-    p.add_argument("--gpus", type=int, default=2, help="children each launched process spawns")
-    p.add_argument("--timeout", type=float, default=3.0, help="seconds a child's init may wait")
-    p.add_argument("--fixed", action="store_true", help="the torchrun form: no mp.spawn")
-    a = p.parse_args(argv)
-    cfg = LegacyConfig(gpus=a.gpus, timeout=a.timeout, fixed=a.fixed)
+def run(cfg: LegacyConfig) -> None:
     (run_fixed if cfg.fixed else run_article)(cfg)
+
+
+main = cli(LegacyConfig, run)  # the command line is derived from LegacyConfig's fields
+
 
 
 if __name__ == "__main__":

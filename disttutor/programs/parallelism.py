@@ -22,8 +22,8 @@ parallel, one backward) is shown.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 import torch
 import torch.distributed as dist
@@ -31,27 +31,29 @@ from torch import nn
 from torch.utils.data import DistributedSampler
 
 from disttutor import runtime
+from disttutor.config import require_positive
+from disttutor.options import cli, opt
 from disttutor.data import regression
 from disttutor.models import MLP, seeded
 
-MODES = ("data", "tensor", "layer", "pipeline", "all")
+Mode = Literal["data", "tensor", "layer", "pipeline", "all"]
+MODES = get_args(Mode)
 D_IN, D_OUT = 16, 4
 HIDDEN = (32, 32, 32)  # 4 Linear layers: up to 4 layer/pipeline stages
 
 
 @dataclass(frozen=True)
 class SplitConfig:
-    mode: str = "data"
-    samples: int = 32
-    micro_batches: int = 4  # pipeline only; "layer" forces 1
-    seed: int = 0
+    mode: Mode = opt("data", "how the work is split ('all': each mode in turn, one job)")
+    samples: int = opt(32, "samples in the batch")
+    micro_batches: int = opt(4, "pipeline mode only ('layer' forces 1)")
+    seed: int = opt(0, "seed of the data and the weights")
 
     def __post_init__(self):
-        if self.mode not in MODES:
+        if self.mode not in MODES:  # the command line checks choices; a config made in Python is checked here
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.samples < 1:
-            raise ValueError(f"samples must be >= 1, got {self.samples}")
-        if self.micro_batches < 1 or self.samples % self.micro_batches:
+        require_positive(self, "samples", "micro_batches")
+        if self.samples % self.micro_batches:
             raise ValueError(f"micro_batches ({self.micro_batches}) must be >= 1 and divide samples ({self.samples})")
 
 
@@ -188,14 +190,8 @@ def run(cfg: SplitConfig) -> None:
             runtime.report(**{mode: strategy(replace(cfg, mode=mode), ctx)})
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="parallelism", description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=MODES, default="data")
-    p.add_argument("--samples", type=int, default=32)
-    p.add_argument("--micro-batches", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
-    run(SplitConfig(mode=a.mode, samples=a.samples, micro_batches=a.micro_batches, seed=a.seed))
+main = cli(SplitConfig, run)  # the command line is derived from SplitConfig's fields
+
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Each stage's forward and backward are timed (:class:`TimedStage`) so the noteboo
 """
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 
@@ -28,23 +27,24 @@ from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleG
 from disttutor import runtime
 from disttutor.data import regression
 from disttutor.models import MLP, seeded
-from disttutor.schedules import SCHEDULES
+from disttutor.schedules import SCHEDULES, ScheduleName
 from disttutor.config import require_positive
+from disttutor.options import cli, opt
 
 
 @dataclass(frozen=True)
 class PipeConfig:
-    schedule: str = "1f1b"
-    microbatches: int = 4      # m: micro-batches per mini-batch (per optimizer step)
-    stages_per_rank: int = 1   # v: > 1 only for the interleaved schedule
-    steps: int = 3             # optimizer steps; the timeline is recorded on the last one
-    batch: int = 32            # mini-batch size (split into m equal micro-batches)
-    width: int = 32            # hidden width: bigger = more compute per stage
-    layers_per_stage: int = 1  # Linear layers in each stage
-    lr: float = 0.05
-    seed: int = 0
-    bad_shape: bool = False    # trap: stage 1 expects a different activation width than stage 0 sends
-    reference: bool = True     # also train the whole model in one process and compare (off: benchmarks)
+    schedule: ScheduleName = opt("1f1b", "pipeline schedule")
+    microbatches: int = opt(4, "m: micro-batches per mini-batch (per optimizer step)")
+    stages_per_rank: int = opt(1, "v: > 1 only for the interleaved schedule")
+    steps: int = opt(3, "optimizer steps; the timeline is recorded on the last one")
+    batch: int = opt(32, "mini-batch size (split into m equal micro-batches)")
+    width: int = opt(32, "hidden width: bigger = more compute per stage")
+    layers_per_stage: int = opt(1, "Linear layers in each stage")
+    lr: float = opt(0.05, "SGD learning rate")
+    seed: int = opt(0, "seed of the data and the weights")
+    bad_shape: bool = opt(False, "trap: stage 1 expects a different activation width than stage 0 sends")
+    reference: bool = opt(True, "also train the whole model in one process and compare (off: benchmarks)")
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -256,32 +256,8 @@ def run(cfg: PipeConfig) -> None:
         dist.barrier()  # nobody tears down the group while a neighbour still sends
 
 
-def add_args(p: argparse.ArgumentParser) -> None:
-    d = PipeConfig()
-    p.add_argument("--schedule", default=d.schedule, choices=SCHEDULES)
-    p.add_argument("--microbatches", type=int, default=d.microbatches)
-    p.add_argument("--stages-per-rank", type=int, default=d.stages_per_rank)
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch", type=int, default=d.batch)
-    p.add_argument("--width", type=int, default=d.width)
-    p.add_argument("--layers-per-stage", type=int, default=d.layers_per_stage)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--bad-shape", action="store_true")
-    p.add_argument("--no-reference", action="store_true", help="skip the single-process comparison")
+main = cli(PipeConfig, run)  # the command line is derived from PipeConfig's fields
 
-
-def config_from(a: argparse.Namespace) -> PipeConfig:
-    return PipeConfig(schedule=a.schedule, microbatches=a.microbatches, stages_per_rank=a.stages_per_rank,
-                      steps=a.steps, batch=a.batch, width=a.width, layers_per_stage=a.layers_per_stage,
-                      lr=a.lr, seed=a.seed, bad_shape=a.bad_shape,
-                      reference=not a.no_reference)
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="pipeline", description=__doc__.splitlines()[0])
-    add_args(p)
-    run(config_from(p.parse_args(argv)))
 
 
 if __name__ == "__main__":

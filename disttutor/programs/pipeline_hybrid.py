@@ -17,15 +17,13 @@ the whole mini-batch::
 """
 from __future__ import annotations
 
-import argparse
-
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from disttutor import runtime
 from disttutor.data import regression
-from disttutor.programs.pipeline import D_IN, D_OUT, PipeConfig, add_args, compare, config_from, train, \
-    reference_losses
+from disttutor.options import cli
+from disttutor.programs.pipeline import D_IN, D_OUT, PipeConfig, compare, reference_losses, train
 
 DP, PP = 2, 2
 
@@ -66,10 +64,8 @@ def run(cfg: PipeConfig) -> None:
         dist.barrier()
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="pipeline_hybrid", description=__doc__.splitlines()[0])
-    add_args(p)
-    run(config_from(p.parse_args(argv)))
+main = cli(PipeConfig, run)  # the same options as the pipeline program: PipeConfig's fields
+
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ An all-reduce inside a subgroup only adds up that subgroup's members::
 """
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 
@@ -22,6 +21,8 @@ import torch
 import torch.distributed as dist
 
 from disttutor import runtime
+from disttutor.config import require_positive
+from disttutor.options import cli, opt
 
 #: Variables torchrun sets for every worker whose values are the same on every
 #: run; MASTER_PORT and TORCHELASTIC_RUN_ID change each launch (shown by name only).
@@ -32,11 +33,10 @@ VARYING_VARS = ("MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 @dataclass(frozen=True)
 class GroupsConfig:
-    group_size: int = 2  # block size for dist.new_subgroups
+    group_size: int = opt(2, "block size for dist.new_subgroups")
 
     def __post_init__(self):
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
-            raise ValueError(f"group_size must be a positive integer, got {self.group_size!r}")
+        require_positive(self, "group_size")
 
 
 def run(cfg: GroupsConfig) -> None:
@@ -73,11 +73,8 @@ def run(cfg: GroupsConfig) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="process_groups", description=__doc__.splitlines()[0])
-    p.add_argument("--group-size", type=int, default=2, help="block size for dist.new_subgroups")
-    a = p.parse_args(argv)
-    run(GroupsConfig(group_size=a.group_size))
+main = cli(GroupsConfig, run)  # the command line is derived from GroupsConfig's fields
+
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ result that came back over RPC is cut off from the remote parameters.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 import torch.nn as nn
@@ -28,6 +28,7 @@ from torch.distributed.rpc import remote
 
 from disttutor import runtime
 from disttutor.config import require_positive
+from disttutor.options import cli, opt
 
 # -- the article's code (sizes as parameters; article: 10000 / 1000 / 10 heads / 10 classes) --------------
 SIZES = {"vocab": 10000, "d_model": 1000, "nhead": 10, "classes": 10}
@@ -90,18 +91,21 @@ def stage_grads(module_rref) -> list[int]:
     return [sum(p.grad is not None for p in params), len(params)]
 
 
+Stage = Literal["as-written", "fixed-calls"]
+
+
 @dataclass(frozen=True)
 class ArticleConfig:
-    stage: str = "as-written"
-    vocab: int = 100
-    d_model: int = 16
-    nhead: int = 2
-    classes: int = 10
-    batch: int = 32      # the article's input is (32, 50): 32 sequences of 50 tokens
-    seq: int = 50
+    stage: Stage = opt("as-written", "the article's code, or its calls fixed")
+    vocab: int = opt(100, "vocabulary size (article: 10000)")
+    d_model: int = opt(16, "model width (article: 1000)")
+    nhead: int = opt(2, "attention heads (article: 10)")
+    classes: int = opt(10, "output classes")
+    batch: int = opt(32, "sequences per batch (the article's input is (32, 50))")
+    seq: int = opt(50, "tokens per sequence")
 
     def __post_init__(self):
-        if self.stage not in ("as-written", "fixed-calls"):
+        if self.stage not in get_args(Stage):  # the command line checks choices; Python callers are checked here
             raise ValueError(f"stage must be 'as-written' or 'fixed-calls', got {self.stage!r}")
         require_positive(self, "vocab", "d_model", "nhead", "classes", "batch", "seq")
         if self.d_model % self.nhead:
@@ -129,12 +133,8 @@ def run(cfg: ArticleConfig) -> None:
                                          for i, r in enumerate(rrefs)})
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="rpc_article", description=__doc__.splitlines()[0])
-    p.add_argument("--stage", default="as-written")
-    for name in ("vocab", "d_model", "nhead", "classes", "batch", "seq"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(ArticleConfig, name))
-    run(ArticleConfig(**vars(p.parse_args(argv))))
+main = cli(ArticleConfig, run)  # the command line is derived from ArticleConfig's fields
+
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ tests can check that every worker's stage changed and matches
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass
 
 import torch
@@ -33,22 +32,23 @@ from disttutor import runtime
 from disttutor.data import tokens
 from disttutor.models import article_rpc_stage
 from disttutor.config import require_positive
+from disttutor.options import cli, opt
 
 N_STAGES = 3  # worker1: embedding, worker2: transformer, worker3: classifier
 
 
 @dataclass(frozen=True)
 class RpcTrainConfig:
-    steps: int = 5
-    batch: int = 8
-    seq: int = 12
-    vocab: int = 50
-    d_model: int = 16
-    nhead: int = 2
-    classes: int = 10
-    lr: float = 0.3
-    seed: int = 0
-    rpc_timeout: float = 20.0
+    steps: int = opt(5, "training steps")
+    batch: int = opt(8, "sequences per batch")
+    seq: int = opt(12, "tokens per sequence")
+    vocab: int = opt(50, "vocabulary size")
+    d_model: int = opt(16, "model width")
+    nhead: int = opt(2, "attention heads")
+    classes: int = opt(10, "output classes")
+    lr: float = opt(0.3, "SGD learning rate (DistributedOptimizer)")
+    seed: int = opt(0, "seed of the weights and the data")
+    rpc_timeout: float = opt(20.0, "seconds an RPC may take")
 
     def __post_init__(self):
         require_positive(self, "steps", "batch", "seq", "vocab", "d_model", "nhead", "classes")
@@ -170,12 +170,8 @@ def run(cfg: RpcTrainConfig) -> None:
         # workers do nothing here: they serve the master's RPCs until rpc.shutdown() in runtime.rpc_setup
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="rpc_train", description=__doc__.splitlines()[0])
-    d = RpcTrainConfig()
-    for name, v in asdict(d).items():
-        p.add_argument("--" + name.replace("_", "-"), type=type(v), default=v)
-    run(RpcTrainConfig(**vars(p.parse_args(argv))))
+main = cli(RpcTrainConfig, run)  # the command line is derived from RpcTrainConfig's fields
+
 
 
 if __name__ == "__main__":

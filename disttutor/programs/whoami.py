@@ -14,7 +14,6 @@ that cross the "node" boundary::
 """
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ import torch
 import torch.distributed as dist
 
 from disttutor import runtime
+from disttutor.config import require_positive
+from disttutor.options import cli, opt
 
 #: The variables torchrun sets for every worker (torch/distributed/elastic/agent/server/api.py).
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",
@@ -33,11 +34,10 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "
 
 @dataclass(frozen=True)
 class WhoamiConfig:
-    size: int = 1  # length of the tensor all-reduced across nodes
+    size: int = opt(1, "length of the tensor all-reduced across nodes")
 
     def __post_init__(self):
-        if self.size < 1:
-            raise ValueError(f"size must be >= 1, got {self.size}")
+        require_positive(self, "size")
 
 
 def read_identity(environ=None) -> dict[str, str | None]:
@@ -67,11 +67,8 @@ def run(cfg: WhoamiConfig) -> None:
                        layout=layout, agent_pid=os.getppid(), host=socket.gethostname())
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="whoami", description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=1)
-    a = p.parse_args(argv)
-    run(WhoamiConfig(size=a.size))
+main = cli(WhoamiConfig, run)  # the command line is derived from WhoamiConfig's fields
+
 
 
 if __name__ == "__main__":

@@ -9,16 +9,12 @@ process with one thread per GPU), so nothing here creates a process group:
   still runs: ``nn.DataParallel`` then simply calls the module.
 * :func:`expected_bytes` -- the textbook per-step traffic of each rank for the
   three communication patterns that ``disttutor.programs.dp_traffic`` measures.
-* :func:`source_lines` -- quote lines of the *installed* torch source, so the
-  notebook shows what your PyTorch really does.
+
+Quoting the installed torch source is :func:`disttutor.source.source_lines`.
 """
 from __future__ import annotations
 
-import inspect
-import math
-import os
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
@@ -194,27 +190,3 @@ def expected_bytes(pattern: str, n: int, rank: int, n_params: int, batch: int, d
 def textbook_ring_bytes(n_params: int, n: int, elem: int = 4) -> float:
     """The textbook volume each rank sends in a ring all-reduce: 2(n-1)/n * S."""
     return 2 * (n - 1) / n * n_params * elem
-
-
-# --------------------------------------------------------------------------- live source
-def source_lines(obj: Callable | type, *needles: str, context: int = 0) -> list[str]:
-    """Lines of ``obj``'s installed source that contain any of ``needles`` (``file:line: code``).
-
-    Raises if a needle is missing, so a notebook that quotes torch fails loudly
-    when a torch release changes the code it describes.
-    """
-    lines, start = inspect.getsourcelines(obj)
-    where = os.path.relpath(inspect.getsourcefile(obj) or "?", os.path.dirname(os.path.dirname(torch.__file__)))
-    hits: list[int] = []
-    for needle in needles:
-        found = [i for i, ln in enumerate(lines) if needle in ln]
-        if not found:
-            raise LookupError(f"{needle!r} not found in the source of {getattr(obj, '__qualname__', obj)}")
-        hits += found
-    keep = sorted({j for i in hits for j in range(max(0, i - context), min(len(lines), i + context + 1))})
-    return [f"{where}:{start + i}: {lines[i].rstrip()}" for i in keep]
-
-
-def ln_classes(classes: int) -> float:
-    """Cross-entropy of a uniform guess over ``classes``: what random labels leave you with."""
-    return math.log(classes)
