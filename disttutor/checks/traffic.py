@@ -5,7 +5,7 @@ The learner writes ``predict_sent(pattern, n, n_params, batch, d_in, d_out, elem
 checker runs the chapter's traffic program (:mod:`disttutor.programs.dp_traffic`) once, on 3
 real ranks measuring groups of 2 and 3, and compares the prediction with the bytes rank 0
 really handed to gloo; then with the chapter's formula
-(:func:`disttutor.dataparallel.expected_bytes`, itself tested against measurements) for 4
+(:func:`disttutor.data_parallel.expected_bytes`, itself tested against measurements) for 4
 and 8 devices, which this machine does not launch. Byte counts are integers: exact.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
-from ..dataparallel import expected_bytes
+from ..data_parallel import expected_bytes
 
 PATTERNS = ("dp-copy", "ddp-ring")
 MEASURED_SIZES = (2, 3)
