@@ -323,20 +323,20 @@ for name, res in [("1F1B, 4 ranks", run_1f1b), ("interleaved, 2 ranks", run_il)]
 # The model replays the *same* rank orders with four numbers per rank (mean forward, mean
 # backward, mean local gap, mean hand-off gap) — no individual slot is copied — and measures the
 # bubble on that drawing. GPipe and 1F1B on 4 ranks, m = 4, 8, 16, with a fixed micro-batch of 32
-# rows (so a slot costs the same whatever m is):
+# rows (so a slot costs the same whatever m is), the same stages as above:
 
 # %%
 from disttutor.bubble_model import explain_run  # noqa: E402
 from disttutor.viz.pipeline import model_figure  # noqa: E402
 
 load_before = os.getloadavg()[0]
-sweep = []
-for schedule in ("gpipe", "1f1b"):
-    for m in (4, 8, 16):
-        res = disttutor.launch("pipeline", nproc=4, timeout=150, stream=False,
-                               args={**STAGE, "schedule": schedule, "microbatches": m, "batch": 32 * m,
-                                     "steps": 2, "no_reference": True})
-        sweep.append(explain_run(res.results, PipeSpec(schedule, 4, m)))
+# One launch runs all six configurations (disttutor/programs/pipeline_sweep.py: the same train() as
+# pipeline.py, looped): starting 4 ranks costs seconds, a step of these stages milliseconds.
+swept = disttutor.launch("pipeline_sweep", nproc=4, timeout=400, stream=False,
+                         args={"schedules": ("gpipe", "1f1b"), "microbatches": (4, 8, 16), "mb_size": 32,
+                               "width": STAGE["width"], "layers_per_stage": STAGE["layers_per_stage"]})
+sweep = [explain_run([r["runs"][i] for r in swept.results], PipeSpec(run["schedule"], 4, run["m"]))
+         for i, run in enumerate(swept.results[0]["runs"])]
 load_after = os.getloadavg()[0]
 print(format_table([{"schedule": r["schedule"], "m": r["m"], "formula": round(r["theory"], 3),
                      "+ slot times": round(r["slot_times_only"], 3), "+ gaps (model)": round(r["model"], 3),
