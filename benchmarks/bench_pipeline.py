@@ -25,7 +25,9 @@ machine, 4 ranks, while other jobs shared it:
 * ``--width 384 --mb-size 32`` (chapter 7's stages): measured bubble
   0.71-0.82 against the formula's 0.16-0.43; theory + overhead within 4.0 %
   of it for GPipe and 1F1B at m = 4, 8, 16 (load average 6-15; an earlier
-  run at load 2-5: within 4.7 %); compute fraction 0.32-0.58;
+  run at load 2-5: within 4.7 %; chapter 7's one-launch sweep,
+  ``disttutor.programs.pipeline_sweep``, at load ~25: within 2.8 %);
+  compute fraction 0.32-0.58;
 * default 1024-wide layers (compute fraction 0.89-0.94): within 13.3 % (load
   average 3-9, slots stretched up to 4x by the other jobs) -- the model
   then misses the 10 % mark.

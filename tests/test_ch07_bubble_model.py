@@ -60,3 +60,12 @@ def test_model_explains_a_real_run(no_leftovers):
     assert abs(e["rel_error"]) < 0.25, e
     assert abs(e["model"] - e["measured"]) < abs(e["theory"] - e["measured"])
     assert e["stretch"] > 0.5 and e["cpu_overhead_ms"] > 0
+
+
+def test_sweep_config_is_validated():
+    from disttutor.programs.pipeline_sweep import SweepConfig
+
+    with pytest.raises(ValueError, match="gpipe and/or 1f1b"):
+        SweepConfig(schedules=("interleaved",))
+    with pytest.raises(ValueError, match="microbatches"):
+        SweepConfig(microbatches=(4, 0))
