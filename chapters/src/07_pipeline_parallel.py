@@ -220,7 +220,7 @@ print(inspect.getsource(pipeline_program.make_schedule))
 # work is, against the overhead between slots, is measured in "Where the gap comes from" below.
 STAGE = {"width": 384, "layers_per_stage": 4, "batch": 128}
 run_1f1b = disttutor.launch("pipeline", nproc=4, args={"schedule": "1f1b", "microbatches": 4, "steps": 2, **STAGE},
-                            timeout=150, stream=False)
+                            timeout=300, stream=False)
 print(run_1f1b.table("stages", "max_weight_diff"))
 
 # %% tags=["nbval-check-output"]
@@ -284,7 +284,7 @@ plt.show()
 # %%
 run_il = disttutor.launch("pipeline", nproc=2, args={"schedule": "interleaved", "stages_per_rank": 2,
                                                       "microbatches": 4, "steps": 2, **STAGE},
-                          timeout=150, stream=False)
+                          timeout=300, stream=False)
 spec_il = PipeSpec("interleaved", p=2, m=4, v=2)
 fig = measured_figure(spec_il, slots_from_events([r["timeline"] for r in run_il.results]),
                       note=f"(2 ranks on {n_cores} cores)")
@@ -390,7 +390,7 @@ else:
 
 # %%
 gpipe_m1 = disttutor.launch("pipeline", nproc=2, args={"schedule": "gpipe", "microbatches": 1, "steps": 2},
-                            timeout=90, collective_timeout=10, stream=False, check=False)
+                            timeout=300, collective_timeout=10, stream=False, check=False)
 if gpipe_m1.ok:
     slots_m1 = slots_from_events([r["timeline"] for r in gpipe_m1.results])
     fig = measured_figure(PipeSpec("gpipe", 2, 1), slots_m1, note=f"(2 ranks on {n_cores} cores)")
@@ -412,7 +412,7 @@ assert bubble_m1 >= 0.5
 # %% tags=["nbval-check-output"]
 print("GPipe, p=4, m=2, bubble on the drawing:", round(simulate(PipeSpec("gpipe", 4, 2)).bubble_fraction, 3))
 trap_m = disttutor.launch("pipeline", nproc=2, args={"schedule": "1f1b", "microbatches": 1},
-                          timeout=90, collective_timeout=10, stream=False, check=False)
+                          timeout=300, collective_timeout=10, stream=False, check=False)
 print("1F1B with m=1 on 2 stages ended on its own:", trap_m.outcome == "finished", "| ok:", trap_m.ok)
 for r in trap_m.ranks:
     print(f"rank {r.rank}: {r.error}")
@@ -428,7 +428,7 @@ assert all("must be greater than or equal to the number of stages" in r.error fo
 # %% tags=["nbval-check-output"]
 trap_shape = disttutor.launch("pipeline", nproc=2, args={"schedule": "1f1b", "microbatches": 2, "width": 128,
                                                          "bad_shape": True},
-                              timeout=90, collective_timeout=10, stream=False, check=False)
+                              timeout=300, collective_timeout=10, stream=False, check=False)
 print("ended on its own:", trap_shape.outcome == "finished", "| ok:", trap_shape.ok)
 print("rank 1:", trap_shape.ranks[1].error)
 assert trap_shape.outcome == "finished" and trap_shape.ranks[1].status == "error"
@@ -467,7 +467,7 @@ print(inspect.getsource(__import__("disttutor.programs.pipeline_hybrid", fromlis
 
 # %% tags=["nbval-check-output"]
 hybrid = disttutor.launch("pipeline_hybrid", nproc=4, args={"schedule": "1f1b", "microbatches": 2, "steps": 3},
-                          timeout=150, stream=False)
+                          timeout=300, stream=False)
 print(hybrid.table("dp_rank", "pp_rank", "stages"))
 half0, half1, ref = hybrid.results[1]["losses"], hybrid.results[3]["losses"], hybrid.results[1]["ref_losses"]
 print(format_table([{"step": i, "replica 0 loss": round(a, 5), "replica 1 loss": round(b, 5),
