@@ -198,6 +198,16 @@ def _interleaved_order(spec: PipeSpec, r: int) -> list[Action]:
     return acts
 
 
+def inputs(a: Action, n_stages: int) -> list[tuple[str, int, int]]:
+    """The ``(kind, stage, mb)`` slots whose results ``a`` needs before it can start."""
+    if a.kind == "F":
+        return [("F", a.stage - 1, a.mb)] if a.stage > 0 else []
+    need = [("F", a.stage, a.mb)]
+    if a.stage < n_stages - 1:
+        need.append(("B", a.stage + 1, a.mb))
+    return need
+
+
 def simulate(spec: PipeSpec) -> SimulatedSchedule:
     """Play the rank orders out: each action starts when its rank is free and its inputs exist."""
     p, v, n_stages = spec.p, spec.v, spec.n_stages
@@ -209,12 +219,7 @@ def simulate(spec: PipeSpec) -> SimulatedSchedule:
     slots: list[Slot] = []
 
     def deps(a: Action) -> list[tuple[str, int, int]]:
-        if a.kind == "F":
-            return [("F", a.stage - 1, a.mb)] if a.stage > 0 else []
-        need = [("F", a.stage, a.mb)]
-        if a.stage < n_stages - 1:
-            need.append(("B", a.stage + 1, a.mb))
-        return need
+        return inputs(a, n_stages)
 
     while any(pos[r] < len(orders[r]) for r in range(p)):
         progressed = False

@@ -72,7 +72,26 @@ for r, rep in enumerate(pg4.results):
 # A rank has a *global* rank and a rank *inside each group* (`dist.get_rank(group)`): rank 3 is
 # number 1 of the odd group. One subtlety is worth its comment in the program: **`new_group` is
 # itself collective** — every rank must call it, with the same list, in the same order, even ranks
-# that will not be members. Skip it on one rank and the next collective waits forever.
+# that will not be members. What breaks if one rank skips it? `disttutor/programs/skip_new_group.py`
+# has both ranks call `new_group([0, 1])` except rank 1, then all-reduce over the world; each rank
+# prints where it is, and a 10-second collective timeout bounds the wait:
+
+# %% tags=["nbval-check-output"]
+skip = disttutor.launch("skip_new_group", nproc=2, args={"skip_rank": 1}, stream=False, check=False,
+                        timeout=120, collective_timeout=10)
+where = {r.rank: [ln for ln in r.log if ln.startswith(("entering", "left", "skipping"))] for r in skip.ranks}
+for r in skip.ranks:
+    print(f"rank {r.rank}: {' -> '.join(where[r.rank])} -> {r.status}: {(r.error or '').split(' -- ')[0]}")
+assert skip.outcome == "finished" and not skip.ok  # it ended on its own, within the bound
+assert where[0] == ["entering new_group([0, 1])"]  # rank 0 never left new_group: it waits for rank 1 there
+assert where[1][-1] == "entering all_reduce over the world" and skip.ranks[1].status == "error"
+assert "waited more than 10s" in skip.ranks[1].error
+
+# %% [markdown]
+# So nothing "mismatches" quietly: rank 0 waits **inside `new_group`** for rank 1 to join the new
+# group, while rank 1 has moved on and waits in the all-reduce for rank 0. Each waits for the other
+# in a different call — a deadlock that only the collective timeout ends (here after 10 s; the
+# default is many minutes), after which torchrun stops the rank still waiting.
 #
 # What torchrun set (the values of `MASTER_PORT` and `TORCHELASTIC_RUN_ID` change every launch, so
 # only their names are shown):
@@ -379,21 +398,24 @@ assert all(d.get("cases") == 3 * (len(CASES) + 1) for d in reference.details)
 # actually carries in a bandwidth-optimal all-reduce, comparable across `n`.
 #
 # The **α–β model** says a call costs a fixed latency plus a per-byte cost: `t(N) = α + β·N`. Small
-# messages are all α (busbw tiny), large ones all β (busbw → `1/β`, scaled). A small, fast sweep
-# (2 ranks; timings vary from run to run):
+# messages are all α (busbw tiny), large ones all β (busbw → `1/β`, scaled). A sweep on 2 and on 4
+# ranks, from 64 KB to 16 MB (timings vary from run to run):
 
 # %%
+import os
+
 from disttutor.viz.allreduce import fits, plot_sweep, sweep
 
-data = sweep(("builtin", "naive", "tree", "ring"), nprocs=(2,), sizes=(4 << 10, 64 << 10, 1 << 20), iters=10)
-fig = plot_sweep(data, title="2 ranks, gloo on CPU (measured now)")
+SIZES = (64 << 10, 1 << 20, 16 << 20)
+data = sweep(("builtin", "naive", "ring"), nprocs=(2, 4), sizes=SIZES, iters=5, stream=False)
+fig = plot_sweep(data, title=f"2 and 4 ranks on {os.cpu_count()} CPU cores (measured now)")
 plt.show()
 for (algo, n), m in fits(data).items():
     bw_text = f"1/beta = {m.bandwidth / 1e9:6.3f} GB/s" if m.beta > 0 else "beta ~ 0: times did not grow with size (noise)"
     print(f"{algo:>7} on {n} ranks: alpha = {m.alpha * 1e6:7.1f} us, {bw_text}")
-bw = {(r["algo"], r["bytes"]): r["busbw"] for r in data}
-assert len(data) == 4 * 3 and all(r["time_s"] > 0 for r in data)
-assert bw[("builtin", 1 << 20)] > bw[("builtin", 4 << 10)], "big messages use the link better than small ones"
+bw = {(r["algo"], r["nproc"], r["bytes"]): r["busbw"] for r in data}
+assert len(data) == 3 * 2 * 3 and all(r["time_s"] > 0 for r in data)
+assert bw[("builtin", 2, 16 << 20)] > bw[("builtin", 2, 64 << 10)], "big messages use the link better than small ones"
 
 # %% [markdown]
 # What to look for: at a few KB every algorithm is latency-bound (flat times, α); at a MB the
@@ -412,8 +434,26 @@ assert model["ring"](16) < 2 < model["tree"](16) < model["naive"](16)
 
 # %% [markdown]
 # With 2 ranks every algorithm sends one tensor, so only latency separates them; with more ranks the
-# naive root and the tree root carry more and more, while the ring stays below `2N`. Measure it:
-# pick 4 ranks, naive and ring, and sizes up to a few MB in the widget below.
+# naive root and the tree root carry more and more, while the ring stays below `2N`. What the sweep
+# above measured at the largest size:
+
+# %%
+t = {(r["algo"], r["nproc"]): r["time_s"] for r in data if r["bytes"] == SIZES[-1]}
+grow = {a: t[(a, 4)] / t[(a, 2)] for a in ("naive", "ring")}
+faster = "ring" if t[("ring", 4)] < t[("naive", 4)] else "naive"
+print(f"{SIZES[-1] >> 20} MB, 2 -> 4 ranks: naive {1e3 * t[('naive', 2)]:.0f} -> {1e3 * t[('naive', 4)]:.0f} ms "
+      f"(x{grow['naive']:.2f}), ring {1e3 * t[('ring', 2)]:.0f} -> {1e3 * t[('ring', 4)]:.0f} ms (x{grow['ring']:.2f})")
+print(f"on 4 ranks the {faster} all-reduce was faster here, by a factor "
+      f"{max(t[('ring', 4)], t[('naive', 4)]) / min(t[('ring', 4)], t[('naive', 4)]):.2f}"
+      + ("" if faster == "ring" else " -- against the model: on one machine with few cores, ranks share cores "
+         "and memory instead of links; rerun on a quiet machine"))
+# The robust part: the naive root receives and sends (n - 1) tensors, so its time grows with n.
+assert t[("naive", 4)] > t[("naive", 2)]
+
+# %% [markdown]
+# All ranks of this sweep share one machine's cores and memory, not separate network links, so the
+# ring's advantage here is smaller than across machines. Try other sizes and rank counts in the
+# widget below.
 #
 # **The widget** measures what you pick (algorithms, ranks, size range) with a progress bar while it
 # runs; it only wraps `measure_and_plot`, which is plain Python (`measure_and_plot(["ring"], [4], 4,

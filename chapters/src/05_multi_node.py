@@ -190,7 +190,58 @@ print("\n".join(proc.stdout.splitlines()[:3]), "...")
 assert proc.returncode == 0 and "deprecated" in warn and "Use torchrun" in warn
 assert "--use-env" in proc.stdout  # its only addition to torchrun's parser
 print("torch.distributed.launch still runs, is deprecated (FutureWarning), and points to torchrun")
-print("it passes --local-rank=N on the command line unless --use-env; torchrun sets LOCAL_RANK instead")
+
+# %% [markdown]
+# What does it hand the script it starts? Rather than quote its help text, run it: a five-line script
+# prints its own `sys.argv` and `LOCAL_RANK`, started on 2 processes by `torch.distributed.launch`,
+# once plain and once with `--use-env`, and then by `torchrun` (a 120-second bound; the process tree
+# is killed if anything hangs).
+
+# %%
+import json  # noqa: E402
+
+from disttutor.launch import free_port  # noqa: E402
+from disttutor.procs import kill_tree  # noqa: E402
+
+SHOW_ARGS = """import json, os, sys
+print("ARGS " + json.dumps({"argv": sys.argv[1:], "LOCAL_RANK": os.environ.get("LOCAL_RANK")}))
+"""
+
+
+def what_it_passes(launcher: list[str]) -> list[dict]:
+    """Run ``launcher`` on SHOW_ARGS with 2 processes; each process's argv and LOCAL_RANK, by local rank."""
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "show_args.py")
+        with open(script, "w") as f:
+            f.write(SHOW_ARGS)
+        cmd = [sys.executable, "-m", *launcher, "--nproc-per-node", "2", "--master-port", str(free_port()),
+               "show_args.py"]
+        p = subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+        try:
+            out, _ = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            kill_tree([p.pid])  # the agent and its workers: nothing outlives the cell
+            raise RuntimeError(f"{' '.join(launcher)} did not finish in 120 s (killed)")
+    recs = [json.loads(line.split("ARGS ", 1)[1]) for line in out.splitlines() if "ARGS " in line]
+    assert len(recs) == 2, f"{' '.join(launcher)}: expected 2 processes to report, got {len(recs)}"
+    return sorted(recs, key=lambda r: r["LOCAL_RANK"] or "")
+
+
+passed = {"torch.distributed.launch": what_it_passes(["torch.distributed.launch"]),
+          "torch.distributed.launch --use-env": what_it_passes(["torch.distributed.launch", "--use-env"]),
+          "torchrun": what_it_passes(["torch.distributed.run"])}
+print(format_table([{"launcher": k, "process": i, "sys.argv[1:]": r["argv"], "LOCAL_RANK in env": r["LOCAL_RANK"]}
+                    for k, recs in passed.items() for i, r in enumerate(recs)]))
+
+# %% tags=["nbval-check-output"]
+plain, use_env, trun = passed.values()
+assert [r["argv"] for r in plain] == [["--local-rank=0"], ["--local-rank=1"]]
+assert [r["argv"] for r in use_env] == [[], []] and [r["argv"] for r in trun] == [[], []]
+assert all(r["LOCAL_RANK"] == str(i) for recs in passed.values() for i, r in enumerate(recs))
+print(f"torch.distributed.launch passes {plain[0]['argv'][0]!r} (a dash, not --local_rank) on the command "
+      "line, and sets LOCAL_RANK too;")
+print("with --use-env, and with torchrun, the command line is empty: read LOCAL_RANK from the environment.")
 
 # %% [markdown]
 # It still exists (a thin wrapper around torchrun's own `run()`), and warns. The second problem is
@@ -272,18 +323,54 @@ for i, lp in enumerate(launched_pids):
 #
 # Delete the `mp.spawn` and the hand-made rank: torchrun already started one process per device and
 # told each its `RANK`, `LOCAL_RANK` and `WORLD_SIZE`. `init_process_group()` reads them from the
-# environment (`env://`, the default) — which is all `runtime.setup()` does. The corrected
-# `train_script.py` is:
-#
-# ```python
-# def main():
-#     local_rank = int(os.environ["LOCAL_RANK"])
-#     dist.init_process_group()                       # RANK, WORLD_SIZE, MASTER_* from torchrun
-#     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-#     ...  # model.to(device); DDP(model, device_ids=[local_rank] if GPU else None); train
-#     dist.destroy_process_group()
-# ```
-#
+# environment (`env://`, the default) — which is all `runtime.setup()` does. On GPUs one more line
+# matters: `torch.cuda.set_device(local_rank)` **before** `init_process_group`, so that NCCL (and
+# every `.cuda()` without an index) uses this process's own GPU instead of piling all the ranks of
+# a node onto GPU 0. The corrected `train_script.py`, run right here on 2 processes (on a CPU-only
+# machine it takes the gloo branch; the same file runs unchanged on GPUs):
+
+# %%
+TRAIN_SCRIPT = """import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    local_rank = int(os.environ["LOCAL_RANK"])       # set by torchrun for each process it starts
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)            # before NCCL init: this process owns GPU local_rank
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")  # RANK, WORLD_SIZE, MASTER_*
+    torch.manual_seed(0)                             # same initial weights everywhere
+    model = DDP(torch.nn.Linear(4, 1).to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+    x = torch.full((8, 4), float(dist.get_rank() + 1), device=device)   # each rank its own data
+    model(x).sum().backward()                        # DDP all-reduces (averages) the gradients
+    print(f"rank {dist.get_rank()}/{dist.get_world_size()} on {device}: grad[0,0] = "
+          f"{model.module.weight.grad[0, 0].item():.1f}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+with tempfile.TemporaryDirectory() as d:
+    with open(os.path.join(d, "train_script.py"), "w") as f:
+        f.write(TRAIN_SCRIPT)
+    fixed_script = disttutor.launch(os.path.join(d, "train_script.py"), nproc=2, stream=False, timeout=150)
+lines = [ln for log in fixed_script.logs for ln in log if ln.startswith("rank ")]
+print("\n".join(lines))
+
+# %% tags=["nbval-check-output"]
+# rank r's data is all (r + 1): d(sum of 8 outputs)/dw = 8 (r + 1); DDP's average over 2 ranks = 8 * 1.5 = 12
+assert fixed_script.ok and len(lines) == 2 and all(ln.endswith("grad[0,0] = 12.0") for ln in lines)
+print("the corrected script runs on", "GPUs (NCCL)" if torch.cuda.is_available() else "the CPU (gloo)",
+      "and DDP averaged the gradient over both ranks: 12.0 on each")
+
+# %% [markdown]
 # In `legacy_spawn.py` this is the `--fixed` mode: the same record, made by the launched process
 # itself.
 

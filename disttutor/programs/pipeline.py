@@ -69,14 +69,17 @@ class Recorder:
     def __init__(self, microbatches: int):
         self.m = microbatches
         self.t_zero: float | None = None
-        self.raw: list[tuple[str, int, float, float]] = []
+        self.raw: list[tuple[str, int, float, float, float]] = []
+        self.slot_cpu: list[float] = []  # CPU seconds of each slot of :meth:`stop`'s timeline, same order
 
     def start(self, t_zero: float) -> None:
         self.t_zero, self.raw = t_zero, []
 
-    def add(self, kind: str, stage: int, t0: float, t1: float) -> None:
+    def add(self, kind: str, stage: int, t0: float, t1: float, cpu: float = 0.0) -> None:
+        # cpu: the process's CPU seconds during the slot. Wall time / CPU time > 1 means the rank was
+        # waiting for a core (ranks time-share the cores): the overhead model needs the two apart.
         if self.t_zero is not None:
-            self.raw.append((kind, stage, t0 - self.t_zero, t1 - self.t_zero))
+            self.raw.append((kind, stage, t0 - self.t_zero, t1 - self.t_zero, cpu))
 
     def stop(self) -> list[list]:
         """Every stage runs its forwards, and its backwards, in micro-batch order 0..m-1 (all three
@@ -86,10 +89,12 @@ class Recorder:
         for kind in ("F", "B"):
             for stage in sorted({e[1] for e in self.raw}):
                 evs = sorted((e for e in self.raw if e[0] == kind and e[1] == stage), key=lambda e: e[2])
-                for mb, (_, _, t0, t1) in enumerate(evs[-self.m:]):
-                    out.append([kind, mb, stage, round(t0, 6), round(t1, 6)])
+                for mb, (_, _, t0, t1, cpu) in enumerate(evs[-self.m:]):
+                    out.append([kind, mb, stage, round(t0, 6), round(t1, 6), round(cpu, 6)])
         self.t_zero = None
-        return sorted(out, key=lambda e: e[3])
+        out.sort(key=lambda e: e[3])
+        self.slot_cpu = [e.pop() for e in out]
+        return out
 
 
 class _Mark(torch.autograd.Function):
@@ -123,11 +128,12 @@ class TimedStage(nn.Module):
             # A grad-requiring copy costs one small extra matmul and changes no weight gradient.
             x = x.detach().requires_grad_()
         t_b = {}
-        x = _Mark.apply(x, lambda: self.rec.add("B", self.stage, t_b["start"], time.perf_counter()))
-        t0 = time.perf_counter()
+        x = _Mark.apply(x, lambda: self.rec.add("B", self.stage, t_b["start"], time.perf_counter(),
+                                                time.process_time() - t_b["cpu"]))
+        t0, c0 = time.perf_counter(), time.process_time()
         y = self.inner(x)
-        self.rec.add("F", self.stage, t0, time.perf_counter())
-        return _Mark.apply(y, lambda: t_b.__setitem__("start", time.perf_counter()))
+        self.rec.add("F", self.stage, t0, time.perf_counter(), time.process_time() - c0)
+        return _Mark.apply(y, lambda: t_b.update(start=time.perf_counter(), cpu=time.process_time()))
 
 
 D_IN, D_OUT = 16, 4
@@ -214,10 +220,11 @@ def train(cfg: PipeConfig, ctx, x, y, pp_rank: int, pp_size: int, group=None, af
     opt = torch.optim.SGD(params, lr=cfg.lr)
     is_first, is_last = 0 in mine, n_stages - 1 in mine
     x, y = x.to(ctx.device), y.to(ctx.device)
-    losses, timeline, t_step = [], [], 0.0
+    losses, timeline, t_step, cpu_step = [], [], 0.0, 0.0
     for step in range(cfg.steps):
         opt.zero_grad()
         t_start = runtime.barrier_time()  # every rank leaves the barrier together: a shared time zero
+        c_start = time.process_time()
         recorder.start(t_start)
         mb_losses: list[torch.Tensor] = []
         # First stage feeds the data, last stage gets the targets; the others only talk to neighbours.
@@ -226,12 +233,13 @@ def train(cfg: PipeConfig, ctx, x, y, pp_rank: int, pp_size: int, group=None, af
         if after_backward is not None:
             after_backward(params)
         opt.step()
-        t_step = time.perf_counter() - t_start
+        t_step, cpu_step = time.perf_counter() - t_start, time.process_time() - c_start
         timeline = recorder.stop()
         if is_last:
             losses.append(torch.stack(mb_losses).mean().item())  # mean of equal micro-batch means
         runtime.progress(step + 1, cfg.steps, desc=f"{cfg.schedule} pipeline")
-    return dict(stages=mine, losses=losses, timeline=timeline, step_s=t_step,
+    return dict(stages=mine, losses=losses, timeline=timeline, step_s=t_step, step_cpu_s=cpu_step,
+                slot_cpu=recorder.slot_cpu,
                 stages_obj=stages, reference=reference, n_stages=n_stages, is_last=is_last)
 
 
@@ -245,7 +253,8 @@ def run(cfg: PipeConfig) -> None:
         data = regression(n=cfg.batch, d_in=D_IN, d_out=D_OUT, seed=cfg.seed)
         x, y = data.tensors
         out = train(cfg, ctx, x, y, pp_rank=ctx.rank, pp_size=ctx.world_size)
-        report = dict(schedule=cfg.schedule, stages=out["stages"], timeline=out["timeline"], step_s=out["step_s"])
+        report = dict(schedule=cfg.schedule, stages=out["stages"], timeline=out["timeline"], step_s=out["step_s"],
+                      step_cpu_s=out["step_cpu_s"], slot_cpu=out["slot_cpu"])
         if cfg.reference:
             report.update(ref_losses=reference_losses(cfg, out["reference"], x, y),
                           max_weight_diff=compare(out["stages_obj"], out["stages"], out["reference"], cfg,

@@ -122,3 +122,33 @@ def bubble_widget(spec: PipeSpec | None = None):
     ui = w.VBox([w.HBox([sched, v]), w.HBox([p, m]), out])
     display(ui)
     return ui
+
+
+def model_figure(rows: list[dict], note: str = ""):
+    """Measured bubble vs the formula vs theory + measured overhead, against m, one panel per schedule.
+
+    ``rows``: :func:`disttutor.bubble_model.explain` results (one per schedule and m).
+    """
+    schedules = list(dict.fromkeys(r["schedule"] for r in rows))
+    fig, axes = plt.subplots(1, len(schedules), figsize=(5.5 * len(schedules), 3.6), sharey=True,
+                             constrained_layout=True, squeeze=False)
+    name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}
+    for ax, sched in zip(axes[0], schedules):
+        mine = sorted((r for r in rows if r["schedule"] == sched), key=lambda r: r["m"])
+        ms = [r["m"] for r in mine]
+        ax.plot(ms, [r["theory"] for r in mine], "o--", color="#999999", label="formula (p-1)/(m+p-1)")
+        ax.plot(ms, [r["slot_times_only"] for r in mine], "s:", color="#6baed6", label="+ measured slot times")
+        ax.plot(ms, [r["model"] for r in mine], "D-", color="#3182bd", label="+ measured gaps (model)")
+        ax.plot(ms, [r["measured"] for r in mine], "*", color="#e6550d", markersize=13, label="measured")
+        for r in mine:
+            ax.annotate(f"{100 * r['rel_error']:+.0f}%", (r["m"], r["model"]), textcoords="offset points",
+                        xytext=(6, -12), fontsize=8, color="#3182bd")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ms, [str(m) for m in ms])
+        ax.set_xlabel("micro-batches m")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{name.get(sched, sched)}, p={mine[0]['p']}{(' ' + note) if note else ''}", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("bubble (idle fraction)")
+    axes[0][-1].legend(fontsize=8, loc="upper right")
+    return fig
