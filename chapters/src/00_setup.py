@@ -115,6 +115,15 @@ print(f"on this machine ({os.cpu_count()} CPU cores): backend {', '.join(backend
 print(f"wall time of the job: {res.wall_s:.1f} s (torchrun start-up, 4 x `import torch`, the job)")
 
 # %% [markdown]
+# That choice is `launch()`'s default, `backend="auto"`. A teacher can fix it for every launch of a
+# class — gloo on a shared GPU box, say — by setting `DISTTUTOR_DEFAULT_BACKEND` before JupyterLab
+# starts. The default in force in this notebook, and where it came from (machine-dependent, not
+# compared):
+
+# %%
+print(disttutor.default_backend())
+
+# %% [markdown]
 # The same program on 2 ranks: nothing in it mentions a world size, so it just works.
 
 # %% tags=["nbval-check-output"]
