@@ -1,6 +1,7 @@
 """Chapter cards and the glossary: quoted headings exist in the article, every entry is well-formed."""
 from __future__ import annotations
 
+import glob
 import os
 
 import pytest
@@ -9,6 +10,8 @@ from disttutor import chapters
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTICLE = os.path.join(ROOT, "..", "shared", "seed", "article-zh.txt")
+if not os.path.exists(ARTICLE):  # a worktree lies one level deeper than the main checkout
+    ARTICLE = os.path.join(ROOT, "..", "..", "shared", "seed", "article-zh.txt")
 
 
 @pytest.mark.skipif(not os.path.exists(ARTICLE), reason="the article lies beside the checkout (../shared/seed)")
@@ -27,3 +30,40 @@ def test_header_and_glossary_render():
     assert "微批次" in chapters.glossary_markdown(7)
     with pytest.raises(ValueError, match="no chapter 99"):
         chapters.header_markdown(99)
+
+
+SOURCES = sorted(glob.glob(os.path.join(ROOT, "chapters", "src", "[0-9][0-9]_*.py")))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=os.path.basename)
+def test_chapter_opens_with_its_card_and_ends_with_its_glossary(path):
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from build_notebooks import HEADER_TAG, parse
+
+    n = int(os.path.basename(path)[:2])
+    cells = parse(open(path, encoding="utf-8").read())
+    code = [c for c in cells if c["type"] == "code"]
+    assert HEADER_TAG in code[0]["tags"], "the first code cell must be tagged chapter-header"
+    assert f"disttutor.chapters.header({n})" in code[0]["source"]
+    assert cells[0]["type"] == "markdown" and cells[0]["source"].startswith("# "), "a title and intro come first"
+    assert cells[-1]["type"] == "code" and cells[-1]["source"].strip().endswith(f"disttutor.chapters.glossary({n})")
+    if n in chapters.CHAPTERS and os.path.basename(path)[:-3] == chapters.CHAPTERS[n].stem:
+        assert chapters.terms(n), f"chapter {n} introduces no glossary terms: add them to disttutor/glossary.yaml"
+
+
+def test_glossary_terms_are_unique_and_honest_about_the_article():
+    entries = chapters._glossary()
+    zh = [e["zh"] for e in entries]
+    assert len(zh) == len(set(zh)), "a term is listed twice: one chapter introduces it"
+    assert [e["chapter"] for e in entries] == sorted(e["chapter"] for e in entries), "keep entries in chapter order"
+    for e in entries:
+        for v in e.values():
+            assert not (isinstance(v, str) and v.rstrip().endswith("(")), f"{e}: quote values that contain commas"
+    if os.path.exists(ARTICLE):
+        text = open(ARTICLE, encoding="utf-8").read()
+        for e in entries:
+            says_absent = "not in the article" in e.get("note", "")
+            # A term marked "not in the article" must really be absent, and an unmarked one present.
+            assert says_absent != (e["zh"] in text), f"{e['zh']}: note disagrees with the article"

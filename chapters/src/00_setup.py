@@ -12,16 +12,26 @@
 # 2. launch a 4-process job from a notebook cell and get every rank's results back *as data*;
 # 3. see what happens when a collective hangs, when a job runs too long, and when a rank crashes —
 #    and that none of them freezes this notebook or leaves processes behind.
-#
+
+# %% tags=["chapter-header"]
+import disttutor.chapters
+
+disttutor.chapters.header(0)
+
+# %% [markdown]
 # ### How a cell runs a distributed job
 #
 # ```
 # notebook cell ──disttutor.launch(program, nproc)──▶ torchrun (a subprocess)
-#       ▲                                                  │ starts nproc ranks
-#       │  RunResult: per-rank status,                     ▼
-#       │  per-rank results, logs, wall time        program main() ── runtime.setup(): env → backend/device → process group
-#       │                                                  │            runtime.report(...) → run_dir/rank{r}.json
-#       └──────── tables, plots, asserts ◀── run dir ──────┘            process group torn down in `finally`
+#       ▲                                                 │ starts nproc ranks
+#       │                                                 ▼
+#       │                              program main(), one process per rank:
+#       │                                runtime.setup(): env → backend/device → process group
+#       │                                runtime.report(...) → run_dir/rank{r}.json
+#       │                                process group torn down in `finally`
+#       │                                                 │
+#       └──── RunResult: per-rank status, results, ◀──────┘
+#             logs, wall time → tables, plots, asserts
 # ```
 #
 # Two rules make this safe in Jupyter:
@@ -94,12 +104,24 @@ assert all(r["after"] == [n * (n + 1) / 2] * 3 for r in res.results)
 print(f"all {n} ranks hold {n * (n + 1) / 2:g} = 1 + 2 + ... + {n}")
 
 # %% [markdown]
-# Where did the ranks run? The runtime picked the backend and device for them: gloo + CPU here
-# unless every rank could have its own GPU. (Machine-dependent, so not compared.)
+# Where did the ranks run? The runtime picked the backend and device for them: NCCL and one GPU
+# per rank when every rank on the machine can have its own GPU, gloo + CPU otherwise.
+# (Machine-dependent, so not compared.)
 
 # %%
 print(res.table("backend", "device"))
+backends = sorted({r.info["backend"] for r in res.ranks})
+print(f"on this machine ({os.cpu_count()} CPU cores): backend {', '.join(backends)}")
 print(f"wall time of the job: {res.wall_s:.1f} s (torchrun start-up, 4 x `import torch`, the job)")
+
+# %% [markdown]
+# That choice is `launch()`'s default, `backend="auto"`. A teacher can fix it for every launch of a
+# class — gloo on a shared GPU box, say — by setting `DISTTUTOR_DEFAULT_BACKEND` before JupyterLab
+# starts. The default in force in this notebook, and where it came from (machine-dependent, not
+# compared):
+
+# %%
+print(disttutor.default_backend())
 
 # %% [markdown]
 # The same program on 2 ranks: nothing in it mentions a world size, so it just works.
@@ -132,11 +154,13 @@ print(sorted(rank0["results"]))
 #
 # `--skip-rank 1` makes rank 1 skip the all-reduce (it sleeps instead). Rank 0 enters the
 # collective and waits; after `collective_timeout=3` seconds it gives up with an error, torchrun
-# stops rank 1, and the cell ends.
+# stops rank 1, and the cell ends. The summary shows each rank's status and its last line; the
+# whole traceback stays in the result (`hung.ranks[0].log`) for when you need it.
 
 # %%
-hung = disttutor.launch("hello", nproc=2, args={"skip_rank": 1}, collective_timeout=3, check=False)
-print(hung.summary())
+hung = disttutor.launch("hello", nproc=2, args={"skip_rank": 1}, collective_timeout=3, check=False,
+                        stream=False)
+print(hung.summary(lines=1))
 
 # %% [markdown]
 # The statuses are data too, so the story can be checked: rank 0 failed because it waited too long,
@@ -179,7 +203,8 @@ try:
     disttutor.launch("hello", nproc=2, args={"crash_rank": 1}, stream=False)
 except disttutor.LaunchError as e:
     crashed = e.result
-    print(e)
+    print(str(e).splitlines()[0])
+    print(crashed.summary(lines=1))
 
 # %% tags=["nbval-check-output"]
 print(crashed.ranks[1].status, "--", crashed.ranks[1].error)
@@ -240,8 +265,12 @@ except FileNotFoundError as e:
 #
 # Note for readers of the source article: it launches jobs with `python -m torch.distributed.launch`
 # and `mp.spawn`. `torch.distributed.launch` is deprecated in favour of **`torchrun`**, which sets
-# `RANK`, `LOCAL_RANK` and `WORLD_SIZE` in the environment instead of passing `--local_rank`
-# arguments; chapter 5 shows what goes wrong when the two are combined.
+# `RANK`, `LOCAL_RANK` and `WORLD_SIZE` in the environment instead of passing a `--local-rank`
+# argument (spelled `--local_rank` before torch 2.0); chapter 5 runs both and shows what goes
+# wrong when `launch` is combined with `mp.spawn`.
 #
 # **Next:** chapter 1 asks *why* we distribute training at all, and chapter 2 opens up the process
 # group and every collective the course uses.
+
+# %%
+disttutor.chapters.glossary(0)

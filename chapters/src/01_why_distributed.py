@@ -18,6 +18,12 @@
 # pipeline parallelism — and end with its list of challenges, each linked to the chapter that
 # handles it.
 
+# %% tags=["chapter-header"]
+import disttutor.chapters
+
+disttutor.chapters.header(1)
+
+
 # %%
 import matplotlib.pyplot as plt
 import torch
@@ -214,8 +220,9 @@ print(f"\n{cfg.params / 1e9:.2f}B parameters; model states alone on one device: 
 # redundancy; tensor and pipeline parallelism remove it by splitting the model itself (tensor
 # parallelism keeps the whole batch per device, hence its larger activations).
 #
-# The article's motivating example is GPT-3 with 175 billion parameters. Its model states alone,
-# before a single activation:
+# The article's §2.1 motivates all this with models grown "from millions to hundreds of billions or
+# even trillions of parameters (GPT-3, PaLM, ...)". GPT-3 has 175 billion (its published count; the
+# article gives none). Its model states alone, before a single activation:
 
 # %% tags=["nbval-check-output"]
 gpt3 = 175e9  # the published parameter count (an input, not a result)
@@ -452,10 +459,10 @@ assert table[1]["ranks holding each layer"] == [1] and table[1]["ranks processin
 #
 # | challenge (article) | what it means, concretely | seen in this chapter | handled in |
 # |---|---|---|---|
-# | **communication overhead** | gradients (DP), activations (tensor, pipeline) cross the network every step; a device waiting for data does no work | the all-reduce in 3.1/3.2, the sends in 3.3/3.4 | [02 process groups & collectives](02_process_groups_collectives.ipynb) (what a collective costs), [04 DDP](04_ddp.ipynb) (bucketing, overlap with backward); coming chapter 08 (communication optimisation, compression, accumulation) |
-# | **load balance** | the slowest device sets the pace: unequal stages, unequal data shards, a pipeline's bubble | unbalanced `params_held` in 3.3, the bubble in 3.4 | [03 data parallel](03_data_parallel.ipynb) (sharding with `DistributedSampler`), [07 pipeline parallel](07_pipeline_parallel.ipynb) (stage balance, schedules) |
-# | **fault tolerance** | one dead or stuck process stalls every other one at the next collective | — | [00 setup](00_setup.ipynb) (timeouts instead of hangs), [05 multi-node](05_multi_node.ipynb) (elastic launch); coming chapter 09 (common problems, checkpoint/resume) |
-# | **implementation complexity** | every strategy above changes the training code | four modes of one program | [04 DDP](04_ddp.ipynb), [06 model parallel / RPC](06_model_parallel_rpc.ipynb), [07 pipeline](07_pipeline_parallel.ipynb); coming chapters 10 (language-model case study) and 11 (FSDP, outlook) |
+# | **communication overhead** | gradients (DP), activations (tensor, pipeline) cross the network every step; a device waiting for data does no work | the all-reduce in 3.1/3.2, the sends in 3.3/3.4 | [02 process groups & collectives](02_process_groups_collectives.ipynb) (what a collective costs), [04 DDP](04_ddp.ipynb) (bucketing, overlap with backward); coming chapter 8 (communication optimisation, compression, accumulation) |
+# | **load balance** | the slowest device sets the pace: unequal stages, unequal data shards, a pipeline's bubble | unbalanced `params_held` in 3.3, the bubble in 3.4 | [04 DDP](04_ddp.ipynb) (equal shards with `DistributedSampler`), [07 pipeline parallel](07_pipeline_parallel.ipynb) (the bubble measured; GPipe vs 1F1B schedules) |
+# | **fault tolerance** | one dead or stuck process stalls every other one at the next collective | — | [00 setup](00_setup.ipynb) (timeouts instead of hangs), [05 multi-node](05_multi_node.ipynb) (torchrun's rendezvous: who joins, who gets which rank); coming chapter 9 (common problems) and chapter 10 (fault tolerance: checkpoint and resume) |
+# | **implementation complexity** | every strategy above changes the training code | four modes of one program | [04 DDP](04_ddp.ipynb), [06 model parallel / RPC](06_model_parallel_rpc.ipynb), [07 pipeline](07_pipeline_parallel.ipynb); coming chapter 10 (language-model case study) and chapter 11 (FSDP, outlook) |
 #
 # A challenge the article does not list, and the first section of this chapter is about: **memory**.
 # Data parallelism alone does not help with it; sharding (ZeRO/FSDP, coming chapter 11) and model
@@ -471,3 +478,6 @@ assert table[1]["ranks holding each layer"] == [1] and table[1]["ranks processin
 #   of data and model parallelism.
 # * Next: [chapter 2](02_process_groups_collectives.ipynb) builds the process groups and collectives
 #   that all of these run on.
+
+# %%
+disttutor.chapters.glossary(1)

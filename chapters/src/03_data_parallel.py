@@ -13,6 +13,12 @@
 # 3. measure, with real collectives on CPU processes, the traffic pattern that makes the first
 #    device a bottleneck, next to the ring all-reduce that DDP uses (chapter 4).
 
+# %% tags=["chapter-header"]
+import disttutor.chapters
+
+disttutor.chapters.header(3)
+
+
 # %%
 import math
 
@@ -100,8 +106,8 @@ for line in source_lines(comm.reduce_add, "if nccl.is_available(inputs)", "nccl.
 # | diagram: outputs never come back | outputs are **gathered on device 0**, the loss and its gradient are computed there, and the output gradients are scattered back |
 # | `if torch.cuda.is_available(): model = nn.DataParallel(model)` | with one GPU DataParallel is just overhead (`if len(self.device_ids) == 1`); it pays only with ≥ 2 |
 # | wraps first, then `model.cuda()` | works, but the rule is "parameters on `device_ids[0]` before forward" (the source raises otherwise); moving first, then wrapping with explicit `device_ids`, says so |
-# | prints `loss.item()` after the loop | that is the loss of the epoch's *last, smaller* batch, not the epoch |
-# | random inputs, random labels | there is nothing to learn: the loss cannot go below ln(10) (measured next) |
+# | prints `loss.item()` after each epoch's batch loop | that is the loss of the epoch's *last, smaller* batch (10000 = 156 × 64 + 16), not the epoch's |
+# | random inputs, random labels | there is nothing to learn that carries over to new data: a uniform guess scores ln(10), and the loss stays near it (measured next); with enough epochs a model can only *memorise* random labels |
 #
 # The article's three drawbacks are right (device 0 is the bottleneck, all gradients pass through
 # it, single machine only). Add two more from the source: Python threads share one GIL, and the
@@ -143,7 +149,7 @@ print(inspect.getsource(dp.train_dataparallel))
 # %% [markdown]
 # First the article's data (random inputs, random labels), then data with something to learn
 # (Gaussian blobs, one per class). Same model, same hyper-parameters (batch 64, SGD lr 0.01);
-# 1000 samples and 3 epochs instead of 10000 × 10 to keep this chapter quick on two CPU cores.
+# 1000 samples and 3 epochs instead of 10000 × 10 to keep this chapter quick on a laptop's CPU.
 
 # %% tags=["nbval-check-output"]
 article = dp.train_dataparallel(dp.DPTrainConfig(labels="random", n_samples=1000))
@@ -349,3 +355,6 @@ print(check_predict_sent(predict_sent))
 # * Without two GPUs, DataParallel just calls the module (`device_ids == []`), as shown live.
 # * PyTorch recommends `DistributedDataParallel` even on one machine: one process per GPU,
 #   gradients all-reduced in buckets overlapping the backward. That is chapter 4.
+
+# %%
+disttutor.chapters.glossary(3)

@@ -23,6 +23,12 @@
 # InfiniBand/RDMA for NCCL. The launch code is the real one: on GPU machines `runtime.setup()`
 # picks NCCL and `cuda:LOCAL_RANK` by itself.
 
+# %% tags=["chapter-header"]
+import disttutor.chapters
+
+disttutor.chapters.header(5)
+
+
 # %%
 import inspect
 import os
@@ -167,7 +173,8 @@ for k, v in envs[-1].items():
 #     --master_addr=192.168.1.1 --master_port=12355 train_script.py
 # ```
 #
-# and `train_script.py` is the §5.2 DDP script, whose `main()` does
+# The article never shows `train_script.py`; read with §5.3's new `setup()`, it is the §5.2 DDP script,
+# whose `main()` does
 #
 # ```python
 # world_size = torch.cuda.device_count()                        # 4: GPUs on *this* machine
@@ -414,12 +421,14 @@ print(cfg)
 
 # %% [markdown]
 # ### A plain torchrun command per node
-# Run each on its machine (in any order; the rendezvous waits up to 15 minutes for all of them by
-# default).
+# Run each on its machine (in any order; the c10d rendezvous waits for all of them for its
+# `join_timeout`, whose default this torch states below; `--rdzv-conf join_timeout=SECONDS` changes it).
 
 # %% tags=["nbval-check-output"]
 cmds = cluster.torchrun_commands(cfg)
 print("\n".join(cmds))
+join = dr.RendezvousTimeout().join  # the default torchrun's c10d rendezvous uses
+print(f"default join timeout: {join.total_seconds():.0f} s = {join.total_seconds() / 60:g} minutes")
 
 # %% [markdown]
 # Checked by torchrun itself: its own argument parser (`torch.distributed.run.get_args_parser`, the
@@ -489,8 +498,17 @@ print("bash -n: syntax OK")
 # successor API; this manifest targets the v1 operator. Apply with `kubectl apply -f job.yaml`.
 
 # %% tags=["nbval-check-output"]
+import difflib
+
 manifest = cluster.pytorchjob_manifest(cfg)
-print(manifest)
+lines = manifest.splitlines()
+master = next(i for i, ln in enumerate(lines) if ln.strip() == "Master:")
+worker = next(i for i, ln in enumerate(lines) if ln.strip() == "Worker:")
+print("\n".join(lines[:worker]))  # the Worker block repeats the Master block: shown as a diff
+diff = [d for d in difflib.unified_diff(lines[master:worker], lines[worker:], lineterm="", n=0)
+        if d[:1] in "+-" and not d.startswith(("---", "+++"))]
+print(f"    # Worker: {len(lines) - worker} more lines, the Master block with only these changes:")
+print("\n".join(f"    #   {d.strip()}" for d in diff))
 
 # %% tags=["nbval-check-output"]
 job = yaml.safe_load(manifest)
@@ -538,3 +556,6 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(job_name="My_Job"), di
 #
 # **Try it:** launch `whoami` with `nproc=1, nnodes=3` (three one-process "nodes") and check the
 # formula again; generate the launch files for your own cluster with `cluster.ClusterConfig(...)`.
+
+# %%
+disttutor.chapters.glossary(5)

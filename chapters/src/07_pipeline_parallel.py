@@ -21,6 +21,12 @@
 # 5. reproduces the two classic traps (too few micro-batches, mismatched shapes) safely;
 # 6. combines data and pipeline parallelism on a 2×2 device mesh (the article's §7.1).
 
+# %% tags=["chapter-header"]
+import disttutor.chapters
+
+disttutor.chapters.header(7)
+
+
 # %%
 import importlib.util
 import inspect
@@ -58,24 +64,48 @@ print("the article's import ->", article_import)
 assert old is None and new is not None and article_import.startswith("ModuleNotFoundError")
 
 # %% [markdown]
-# Two more problems in that listing, independent of the removal: its training loop ends with
-# `return` at module level (a `SyntaxError` before anything runs), and `Pipe` needed the RPC
-# framework initialised first (`.local_value()` unwraps an RPC reference), which the listing never
-# does. The first one is easy to check:
+# With `Pipe` gone, what about the rest of the listing? Its training loop, quoted verbatim from the
+# article (comments and all), compiles — the problem is one call in it: `model(input_data)` is
+# followed by `.local_value()`. In PyTorch 1.x `Pipe.forward` returned an `RRef` (a reference from
+# the RPC framework, which `Pipe` required to be initialised with `rpc.init_rpc` first — a step the
+# listing leaves out; that part can no longer be run, only read in the old documentation).
+# Replace `Pipe` by the plain `nn.Sequential` it wrapped and run the loop as written:
 
 # %% tags=["nbval-check-output"]
 article_loop = """
 for epoch in range(10):
+    optimizer.zero_grad()
+    
+    # 前向传播
+    output = model(input_data).local_value()
+    
+    # 计算损失
+    loss = criterion(output, target)
+    
+    # 反向传播
+    loss.backward()
+    
+    # 更新参数
     optimizer.step()
-    return
+    
+    print(f'Epoch {epoch}, Loss: {loss.item()}')
 """
+code = compile(article_loop, "article_7_3.py", "exec")
+print("the article's loop compiles:", code is not None)
+
+torch.manual_seed(0)
+listing = dict(  # the listing's Layer1..Layer3 (10 -> 100 -> 50 -> 10) in one Sequential, its data
+    model=torch.nn.Sequential(torch.nn.Linear(10, 100), torch.nn.ReLU(), torch.nn.Linear(100, 50), torch.nn.ReLU(),
+                              torch.nn.Linear(50, 10)),
+    input_data=torch.randn(80, 10), target=torch.randint(0, 10, (80,)), criterion=torch.nn.CrossEntropyLoss())
+listing["optimizer"] = torch.optim.SGD(listing["model"].parameters(), lr=0.01)
 try:
-    compile(article_loop, "article_7_3.py", "exec")
-    verdict = "compiles"
-except SyntaxError as e:
-    verdict = f"SyntaxError: {e.msg} (line {e.lineno})"
-print(verdict)
-assert verdict.startswith("SyntaxError")
+    exec(code, dict(listing))
+    outcome = "ran"
+except AttributeError as e:
+    outcome = f"AttributeError: {e}"
+print("run as written, without Pipe ->", outcome)
+assert outcome == "AttributeError: 'Tensor' object has no attribute 'local_value'"
 
 # %% [markdown]
 # ## 2. The picture, corrected
@@ -285,10 +315,11 @@ assert same
 
 # %% [markdown]
 # Now the timings, beside the theory. **Be careful reading them on a laptop-sized machine:** this
-# notebook's CI machine has 2 CPU cores, so 4 ranks *time-share* them. When two ranks compute at
+# machine with fewer cores than ranks (the cell below prints how many this run had), the 4 ranks
+# *time-share* them. When two ranks compute at
 # once they each run at roughly half speed, and a rank that is "idle" in the drawing frees a core for
 # the others. Communication (gloo over loopback TCP) and Python overhead also show up as idle time
-# here, and on a busy machine (this notebook's outputs were made on one) a rank can also wait for
+# here, and on a busy machine a rank can also wait for
 # the operating system to give it a core. The measured bubble is therefore not the formula's, and
 # it changes from run to run. Compare the *shape* with the theory — the warm-up forwards, the
 # alternating F/B, the drain — and read the measured bubble as what this machine really delivered.
@@ -298,6 +329,9 @@ n_cores = os.cpu_count()
 measured = slots_from_events([r["timeline"] for r in run_1f1b.results])
 fig = measured_figure(spec_1f1b, measured, note=f"(4 ranks on {n_cores} cores)")
 plt.show()
+print(f"{run_1f1b.world_size} ranks on {n_cores} CPU cores: "
+      + ("the ranks time-share the cores" if n_cores < run_1f1b.world_size else "a core for every rank")
+      + f"; backend {run_1f1b.ranks[0].info.get('backend')}, load average {os.getloadavg()[0]:.1f}")
 
 # %% [markdown]
 # ### Interleaved 1F1B on two ranks
@@ -516,3 +550,6 @@ assert all(abs((a + b) / 2 - c) < TOL for a, b, c in zip(half0, half1, ref))  # 
 #   of m.
 # * On real hardware the bubble also contains communication and imbalance: measure it
 #   (`benchmarks/bench_pipeline.py`), don't just quote the formula.
+
+# %%
+disttutor.chapters.glossary(7)

@@ -33,7 +33,8 @@ def plot_trace(traces: dict[str, list], ax=None):
     return ax.figure
 
 
-def plot_step_times(timings: dict[int, dict[str, float]], per_rank: int):
+def plot_step_times(timings: dict[int, dict[str, float]], per_rank: int, backend: str = "gloo",
+                    device: str = "cpu"):
     """Left: step time per wrapper and world size. Right: samples/s (weak scaling) vs the ideal.
 
     ``timings[n][wrapper]`` is the median ms per step on ``n`` ranks (the ideal line scales the
@@ -55,6 +56,8 @@ def plot_step_times(timings: dict[int, dict[str, float]], per_rank: int):
     a2.set_ylabel("samples / s")
     a1.legend()
     a2.legend()
-    fig.suptitle(f"CPU/gloo on {os.cpu_count()} cores — measured in this run; does not transfer to GPUs/NCCL")
+    # The title names what the ranks really used (passed from the run), not what the build machine had.
+    where = f"{device}/{backend}" + (f" on {os.cpu_count()} CPU cores" if device.startswith("cpu") else "")
+    fig.suptitle(f"{where} — measured in this run; other machines and backends differ")
     fig.tight_layout()
     return fig
