@@ -61,13 +61,13 @@ def test_extract_keeps_definitions_only():
 @pytest.mark.timeout(900)
 def test_grade_a_classroom(classroom, tmp_path, capsys, no_leftovers):
     t0 = time.perf_counter()
-    results, left = grade([str(classroom)], EXERCISES, timeout=240)  # 7.1 launches 3 ranks: ~15 s idle, >100 s at load 20
+    results, left = grade([str(classroom)], EXERCISES, timeout=75)  # 7.1 launches 3 ranks: ~15 s on an idle 2-core machine; the hanging learner costs this much
     wall = time.perf_counter() - t0
     got = {(r.learner, r.exercise): r for r in results}
     assert left == []
     assert got[("ada_all_solved", "1.1")].status == "pass" and got[("ada_all_solved", "7.1")].status == "pass"
     assert all(got[("ben_untouched", e)].message.startswith(f"still a stub -- Exercise {e}:") for e in EXERCISES)
-    assert got[("cy_hangs", "1.1")].status == "timeout" and "no answer within 240s" in got[("cy_hangs", "1.1")].message
+    assert got[("cy_hangs", "1.1")].status == "timeout" and "no answer within 75s" in got[("cy_hangs", "1.1")].message
     assert got[("cy_hangs", "7.1")].status == "fail"  # the hang did not stop the batch
     assert got[("dee_partly_right", "1.1")].status == "pass"
     assert got[("dee_partly_right", "7.1")].message.startswith("rank 0 of p=4, m=2: action 2 is ('B', 0)")
