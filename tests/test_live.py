@@ -85,7 +85,7 @@ def test_python_loop_is_interrupted_and_pool_kept(pool):
     pool.run("keep = rank + 100")
     res = pool.run("import time\nif rank == 1:\n    while True:\n        time.sleep(0.01)\n'done'", timeout=2)
     assert res.timed_out and res.status == {0: "ok", 1: "interrupted"}, res.text()
-    assert "inside line 4: time.sleep(0.01)" in res.stuck[1]
+    assert res.stuck[1] == "inside line 4: time.sleep(0.01) -- in that line itself (or a C function it called)"
     assert "namespaces are kept" in res.message
     assert pool.pull("keep") == [100, 101]  # same processes, same namespaces
 

@@ -50,13 +50,16 @@ def where(frames: list[Frame], filename: str, source: str) -> str:
     if not frames:
         return "no Python stack could be read (the rank may be dead)"
     lines = source.splitlines()
-    cell = next((f for f in frames if f.filename == filename), None)
-    here = ""
-    if cell is not None and 0 < cell.line <= len(lines):
-        here = f"inside line {cell.line}: {lines[cell.line - 1].strip()}"
-    inner = [f for f in frames if f.filename != filename][:2]  # the call it is blocked in, and its caller
-    waiting = " <- ".join(f"{f.function} ({f.short()})" for f in inner) or "the cell's own code"
-    return f"{here} -- waiting in {waiting}" if here else f"outside the cell, in {waiting}"
+    at = next((i for i, f in enumerate(frames) if f.filename == filename), None)
+    if at is None:
+        return "outside the cell, in " + " <- ".join(f"{f.function} ({f.short()})" for f in frames[:2])
+    cell = frames[at]
+    here = f"inside line {cell.line}: {lines[cell.line - 1].strip()}" if 0 < cell.line <= len(lines) else ""
+    # frames are innermost first: the ones before the cell's are the calls it is blocked in
+    inner = [f for f in frames[:at] if f.filename != filename][:2]
+    if not inner:
+        return f"{here} -- in that line itself (or a C function it called)"
+    return f"{here} -- waiting in " + " <- ".join(f"{f.function} ({f.short()})" for f in inner)
 
 
 @dataclass
