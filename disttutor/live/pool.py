@@ -234,6 +234,10 @@ class Ranks:
             res.message = (f"Rank(s) {', '.join(map(str, dead))} died during the cell; restarted the pool "
                            f"({self.config.nproc} ranks), every namespace was lost. torchrun said:\n{tail}")
         res.wall_s = time.perf_counter() - t0
+        for d in (res.status, res.values, res.errors, res.stuck):  # rank order, not finishing order
+            items = sorted(d.items())
+            d.clear()
+            d.update(items)
         return res
 
     def _send_all(self, targets: list[int], *msg: Any) -> dict:
