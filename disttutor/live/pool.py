@@ -34,12 +34,19 @@ from typing import Any, Iterable
 from .. import contract
 from ..config import require_positive
 from ..launch import _torchrun_argv, free_port, max_procs
-from ..procs import PRCTL, kill_tree, tie_to_parent
+from ..procs import PRCTL, die_with_parent, kill_tree
 from . import protocol
 from .report import CellResult, parse_stack, where
 
 _POOLS: "weakref.WeakSet[Ranks]" = weakref.WeakSet()
 INTERRUPT_GRACE_S = 2.0  # a rank in Python code answers SIGINT within milliseconds
+
+
+def _die_with_kernel() -> None:
+    # SIGKILL, not launch()'s SIGTERM: a torchrun agent SIGTERMed on a loaded machine was seen to
+    # stop its workers and then hang itself (an orphan). Killed outright, its ranks still follow it
+    # through their own PR_SET_PDEATHSIG (runtime.tie_to_parent).
+    die_with_parent(signal.SIGKILL)
 
 
 class LiveError(RuntimeError):
@@ -102,7 +109,7 @@ class Ranks:
         self._log = open(os.path.join(self._dir, "torchrun.log"), "wb")
         self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                      preexec_fn=tie_to_parent if PRCTL else None)
+                                      preexec_fn=_die_with_kernel if PRCTL else None)
         self.refused = 0
         try:
             self._accept_all(server, key, t0 + self.config.start_timeout)
