@@ -18,5 +18,12 @@ def doctor(**kwargs):
     return _doctor(**kwargs)
 
 
+def load_ipython_extension(ipython):
+    """``%load_ext disttutor``: the ``%ranks`` / ``%%ranks`` live-ranks magics (chapter 0)."""
+    from .live.magics import load
+
+    load(ipython)
+
+
 __all__ = ["launch", "default_backend", "doctor", "free_port", "resolve_program", "RunResult", "RankResult",
            "LaunchError", "LaunchTimeout", "LaunchInterrupted", "__version__"]

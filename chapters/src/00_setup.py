@@ -252,6 +252,79 @@ except FileNotFoundError as e:
     print(f"{type(e).__name__}: {e}")
 
 # %% [markdown]
+# ## Live ranks: type distributed code straight into a cell
+#
+# Programs are the right tool for timed runs and anything that must start clean. To *explore*,
+# it is quicker to keep the ranks alive between cells and type at them. `%ranks start -n 4` starts
+# four ranks once (under torchrun, like any program; the process group is set up by the same
+# `runtime.setup()`), and each `%%ranks` cell is then sent to every rank as source and run in that
+# rank's own persistent namespace — `torch`, `dist`, `rank`, `world_size` and `device` are already
+# defined. The last expression's value is shown per rank, always in rank order.
+
+# %%
+%load_ext disttutor
+%ranks start -n 4
+
+# %% tags=["nbval-check-output"]
+%%ranks
+t = torch.full((2,), float(rank))
+dist.all_reduce(t)
+t
+
+# %% [markdown]
+# Each rank kept its own `t`. `%ranks pull t` brings every rank's value back into this notebook as a
+# list in rank order (and `%ranks push name` sends one of yours to every rank):
+
+# %% tags=["nbval-check-output"]
+%ranks pull t
+print([x.tolist() for x in t])
+assert all(x.tolist() == [6.0, 6.0] for x in t)  # 0 + 1 + 2 + 3 on every rank
+
+# %% [markdown]
+# ### The hung collective, on live ranks
+#
+# The mistake from section 3 again: rank 1 skips the all-reduce. A live cell has a timeout
+# (`--timeout 5` here; 30 s unless you say otherwise). When it expires, the kernel asks every rank
+# still busy for its Python stack, tells you which line of *your cell* each is in and what it waits
+# in, interrupts them, and — because a rank blocked inside a C++ collective cannot be interrupted —
+# restarts the pool. The namespaces are lost, and the message says so.
+
+# %%
+%%ranks --timeout 5
+t = torch.ones(2)
+if rank != 1:
+    dist.all_reduce(t)
+t
+
+# %% [markdown]
+# The same story as data: `disttutor.live.last_result()` is the last cell's result.
+
+# %% tags=["nbval-check-output"]
+import disttutor.live
+
+stuck = disttutor.live.last_result()
+for r in stuck.ranks:
+    print(f"rank {r}: {stuck.status[r]:5}  {stuck.stuck.get(r, '').split(' -- ')[0]}")
+assert stuck.timed_out and stuck.status == {0: "stuck", 1: "ok", 2: "stuck", 3: "stuck"}
+assert all(stuck.stuck[r].startswith("inside line 3: dist.all_reduce(t) -- waiting in all_reduce") for r in (0, 2, 3))
+assert "namespace was lost" in stuck.message
+
+# %% [markdown]
+# The restarted pool works (and `t` is gone, as promised). `%ranks stop` ends it; no process is left.
+
+# %% tags=["nbval-check-output"]
+%%ranks
+print("t" in dir())
+x = torch.ones(1)
+dist.all_reduce(x)
+x.item()
+
+# %%
+%ranks stop
+assert our_jobs() == [], our_jobs()
+print("processes left behind:", len(our_jobs()))
+
+# %% [markdown]
 # ## 4. The same thing from a terminal
 #
 # Everything here also works outside Jupyter:

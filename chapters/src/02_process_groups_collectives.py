@@ -272,6 +272,61 @@ waits = [rep["barrier"]["waited_s"] for rep in coll.results]
 assert waits[0] > waits[-1], "the first to arrive waits the longest"
 
 # %% [markdown]
+# ### Try them live: edit a tensor, re-run the cell
+#
+# Each table above took a program launch. With live ranks (chapter 0) the same four ranks stay up
+# and you type the collective yourself: change `x`, the op or the group, and re-run the cell in a
+# fraction of a second. Every rank starts from the same `x = [10r+1, 10r+2]` as the program.
+
+# %%
+%load_ext disttutor
+%ranks start -n 4
+
+# %% tags=["nbval-check-output"]
+%%ranks
+x = torch.tensor([10. * rank + 1, 10. * rank + 2])
+y = x.clone()
+dist.all_reduce(y)            # try op=dist.ReduceOp.MAX, or y = x * 2 first
+y
+
+# %% [markdown]
+# A group of some ranks: `new_group` is collective, so **every** rank creates **both** groups, in
+# the same order, and then uses its own.
+
+# %% tags=["nbval-check-output"]
+%%ranks
+groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+z = x.clone()
+dist.all_reduce(z, group=groups[rank % 2])   # only my group's members are added
+gathered = [torch.zeros(2) for _ in range(world_size)]
+dist.all_gather(gathered, x)                 # everyone gets everyone's x
+print("group sum", z.tolist())
+torch.stack(gathered)
+
+# %% [markdown]
+# The values come back to the notebook with `%ranks pull`, and are checked against the same
+# arithmetic done here in one process (`X` from the program's tables). `%%ranks 0,2` runs a cell
+# on some ranks only — fine for looking, but a collective there would wait for the missing ranks.
+
+# %% tags=["nbval-check-output"]
+%ranks pull y
+%ranks pull z
+%ranks pull gathered
+for r in range(4):
+    assert torch.equal(y[r], X.sum(0))                                   # all-reduce: the sum of all x
+    assert torch.equal(z[r], X[[q for q in range(4) if q % 2 == r % 2]].sum(0))
+    assert torch.equal(torch.stack(gathered[r]), X)                      # all-gather: every x, in rank order
+print("live results == one-process reference on every rank")
+
+# %% tags=["nbval-check-output"]
+%%ranks 0,2
+print(f"rank {rank}: my group holds {dist.get_world_size(groups[rank % 2])} ranks; I am its rank "
+      f"{dist.get_rank(groups[rank % 2])}")
+
+# %%
+%ranks stop
+
+# %% [markdown]
 # ### Why the ring shift used `isend`/`irecv`: a deadlock, shown safely
 # In a ring step *every* rank sends and receives. Written as "`send` then `recv`" on both sides of a
 # pair, both ranks sit in `send`, each waiting for the other to post a `recv`: Gloo's `send` does not

@@ -255,6 +255,63 @@ plot_trace({"torch DDP": trace_torch})
 plt.show()
 
 # %% [markdown]
+# ### Explore it live: buckets and gradients per rank
+#
+# The trace above came from a program. To poke at DDP yourself, keep two ranks alive (`%ranks`, met
+# in chapter 0) and type at them: change `bucket_cap_mb`, the model or the batch, and re-run. A
+# communication hook sees every bucket just before DDP reduces it, so it can record which parameters
+# each bucket holds:
+
+# %%
+%load_ext disttutor
+%ranks start -n 2
+
+# %% tags=["nbval-check-output"]
+%%ranks
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from disttutor.models import MLP, seeded
+
+model = DDP(seeded(MLP, 0), bucket_cap_mb=0.004)   # ~1000 floats per bucket: several buckets
+names = {p: n for n, p in model.module.named_parameters()}
+buckets = {}
+
+def record(state, bucket):  # called once per bucket, when it is full
+    buckets[bucket.index()] = [names[p] for p in bucket.parameters()]
+    return default_hooks.allreduce_hook(None, bucket)  # then the usual averaging all-reduce
+
+model.register_comm_hook(None, record)
+x = torch.randn(8, 16, generator=torch.Generator().manual_seed(rank))  # each rank its own batch
+for step in range(2):  # after step 1 DDP re-plans its buckets in the order gradients arrived
+    model.zero_grad()
+    model(x).pow(2).mean().backward()
+buckets
+
+# %% [markdown]
+# Bucket 0 holds the *last* layers: their gradients are ready first. Now the gradients themselves.
+# Each rank also runs the same model without DDP on its own batch: those local gradients differ
+# between ranks, DDP's are the same on every rank — their average.
+
+# %% tags=["nbval-check-output"]
+%%ranks
+local = seeded(MLP, 0)                              # the same weights, no DDP
+local(x).pow(2).mean().backward()
+g_local, g_ddp = local[0].weight.grad, model.module[0].weight.grad
+print(f"first layer: local grad sum {g_local.sum().item():+.4f}   DDP grad sum {g_ddp.sum().item():+.4f}")
+
+# %%
+%ranks pull g_local
+%ranks pull g_ddp
+assert torch.equal(g_ddp[0], g_ddp[1])  # the all-reduce gives every rank the very same bits
+# float32 sums in a different order differ in the last bits: compare with a tolerance
+assert torch.allclose(g_ddp[0], (g_local[0] + g_local[1]) / 2, atol=1e-6)
+assert not torch.allclose(g_local[0], g_local[1])
+print("DDP gradient == mean of the ranks' local gradients, on every rank")
+
+# %%
+%ranks stop
+
+# %% [markdown]
 # ### The article is wrong about `find_unused_parameters`
 #
 # Article §8.3 says 「重叠计算和通信：使用DDP(find_unused_parameters=True)和torch.distributed.algorithms.ddp_comm_hooks」

@@ -1,0 +1,32 @@
+"""Live ranks: persistent distributed workers a learner drives from notebook cells (chapter 0).
+
+From Python::
+
+    from disttutor.live import Ranks
+    with Ranks(4) as ranks:
+        print(ranks.run("t = torch.full((2,), float(rank)); dist.all_reduce(t); t"))
+        sums = ranks.pull("t")          # [tensor, tensor, tensor, tensor], rank order
+
+From a notebook: ``%load_ext disttutor``, then ``%ranks start -n 4`` and
+``%%ranks`` cells (see :mod:`disttutor.live.magics`).
+"""
+from __future__ import annotations
+
+from .pool import LiveError, PoolConfig, Ranks
+from .report import CellResult
+
+__all__ = ["Ranks", "PoolConfig", "CellResult", "LiveError", "current", "last_result"]
+
+
+def current() -> Ranks | None:
+    """The pool the ``%ranks`` magics use (None before ``%ranks start``)."""
+    from . import magics
+
+    return magics.STATE.pool
+
+
+def last_result() -> CellResult | None:
+    """The result of the last ``%%ranks`` cell (so a notebook can assert on it)."""
+    from . import magics
+
+    return magics.STATE.last
