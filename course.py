@@ -12,7 +12,8 @@
 You work in workspace/ (your own copies of chapters/, made on first `lab`; git ignores them),
 so a course update never touches your work. --cpu / --gpu force the PyTorch build installed
 (default: the CUDA build only when an NVIDIA GPU is found). Environment: DISTTUTOR_VENV picks
-another venv folder; PIP_CONSTRAINT is honoured by pip (CI pins torch with .ci/constraints.txt).
+another venv folder; DISTTUTOR_EXTRAS the extras installed (default "dev"); PIP_CONSTRAINT is
+honoured by pip (CI pins torch with .ci/constraints.txt).
 Uses only the standard library, so it runs before anything is installed.
 """
 from __future__ import annotations
@@ -35,6 +36,8 @@ VENV = os.environ.get("DISTTUTOR_VENV", os.path.join(ROOT, ".venv"))
 BIN = os.path.join(VENV, "Scripts" if os.name == "nt" else "bin")
 PY = os.path.join(BIN, "python.exe" if os.name == "nt" else "python")
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# Extras of pyproject.toml to install; CI adds "browser" (playwright, for scripts/browser_check.py).
+EXTRAS = os.environ.get("DISTTUTOR_EXTRAS", "dev")
 TORCH_SPEC = "torch>=2.6"  # the same bound as pyproject.toml (tests/test_course.py checks)
 
 
@@ -83,9 +86,9 @@ def torch_plan(platform: str, gpu: str | None, force: str | None, pin: str | Non
     return "cpu-index", "no NVIDIA GPU found: the CPU-only build (about 200 MB, not 3+ GB of CUDA wheels)"
 
 
-def install_commands(py: str, kind: str) -> list[list[str]]:
+def install_commands(py: str, kind: str, extras: str = "dev") -> list[list[str]]:
     """The pip command lines for a plan: torch first (from the CPU index when asked), then the course."""
-    course = [py, "-m", "pip", "install", "-e", ".[dev]"]
+    course = [py, "-m", "pip", "install", "-e", f".[{extras}]"]
     if kind == "cpu-index":
         # --index-url, not --extra-index-url: with both indexes pip would take the highest version,
         # which is PyPI's CUDA build whenever the CPU index lags behind. Installed first, torch then
@@ -96,6 +99,11 @@ def install_commands(py: str, kind: str) -> list[list[str]]:
 
 FALLBACK = ("PyTorch's CPU index ({}) could not be reached: installing torch from PyPI instead, which on "
             "Linux is the CUDA build (about 3 GB to download, 5+ GB on disk).")
+
+
+def _show(path: str) -> str:
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith("..") else rel
 
 
 def _size(path: str) -> float:
@@ -110,7 +118,7 @@ def _size(path: str) -> float:
 
 
 def _fingerprint(kind: str) -> str:
-    h = hashlib.sha256(kind.encode())
+    h = hashlib.sha256((kind + EXTRAS).encode())
     for name in ("pyproject.toml", os.path.join(".ci", "constraints.txt")):
         p = os.path.join(ROOT, name)
         if os.path.exists(p):
@@ -133,17 +141,17 @@ def ensure_env(force: str | None = None) -> None:
     if os.path.exists(PY) and installed[1:] == [fp]:
         return
     if not os.path.exists(PY):
-        print(f"creating virtual environment in {os.path.relpath(VENV, ROOT)}", flush=True)
+        print(f"creating virtual environment in {_show(VENV)}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     print(f"installing disttutor and its dependencies; torch: {why}", flush=True)
-    for cmd in install_commands(PY, kind):
+    for cmd in install_commands(PY, kind, EXTRAS):
         if subprocess.call(cmd, cwd=ROOT) != 0:
             if CPU_INDEX not in cmd:
                 sys.exit(f"installing failed: {' '.join(cmd[1:])}")
             print(FALLBACK.format(CPU_INDEX), flush=True)
     torch_v = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"],
                              capture_output=True, text=True).stdout.strip()
-    print(f"installed torch {torch_v}; {os.path.relpath(VENV, ROOT)} takes {_size(VENV):.1f} GiB", flush=True)
+    print(f"installed torch {torch_v}; {_show(VENV)} takes {_size(VENV):.1f} GiB", flush=True)
     with open(stamp, "w") as f:
         f.write(f"{kind} {fp}")
 

@@ -101,7 +101,7 @@ def _progress_text(state: dict, box: dict) -> str | None:
     left, bar, right = kids
     total = bar.get("max") or 1
     filled = int(round(10 * min(1.0, (bar.get("value") or 0) / total)))
-    return f"{_text(left.get('value'))}|{'█' * filled}{' ' * (10 - filled)}|{_text(right.get('value'))}"
+    return f"{_text(left.get('value'))}|{'█' * filled}{' ' * (10 - filled)}| {_text(right.get('value'))}"
 
 
 def settle_widgets(nb) -> dict[str, int]:
