@@ -93,7 +93,7 @@ def install_commands(py: str, kind: str, extras: str = "dev") -> list[list[str]]
         # --index-url, not --extra-index-url: with both indexes pip would take the highest version,
         # which is PyPI's CUDA build whenever the CPU index lags behind. Installed first, torch then
         # satisfies the course's requirement and pip leaves it alone.
-        return [[py, "-m", "pip", "install", TORCH_SPEC, "--index-url", CPU_INDEX, "--timeout", "30"], course]
+        return [[py, "-m", "pip", "install", TORCH_SPEC, "--index-url", CPU_INDEX, "--timeout", "30", "--retries", "1"], course]
     return [course]
 
 
@@ -134,7 +134,7 @@ def ensure_env(force: str | None = None) -> None:
     stamp = os.path.join(VENV, ".disttutor-installed")
     installed = open(stamp).read().split() if os.path.exists(stamp) else []
     if installed and force is None:
-        force = {"cpu-index": "cpu"}.get(installed[0])  # keep what was chosen the first time
+        force = {"cpu-index": "cpu", "pypi": "gpu"}.get(installed[0])  # keep the first choice
     kind, why = torch_plan(sys.platform, None if force else detect_gpu(), force,
                            torch_pin(os.environ.get("PIP_CONSTRAINT", "")))
     fp = _fingerprint(kind)

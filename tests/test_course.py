@@ -31,7 +31,7 @@ def load_course(root: str = ROOT):
 course = load_course()
 PY = "/v/bin/python"
 COURSE = [PY, "-m", "pip", "install", "-e", ".[dev]"]
-CPU = [PY, "-m", "pip", "install", "torch>=2.6", "--index-url", "https://download.pytorch.org/whl/cpu", "--timeout", "30"]
+CPU = [PY, "-m", "pip", "install", "torch>=2.6", "--index-url", "https://download.pytorch.org/whl/cpu", "--timeout", "30", "--retries", "1"]
 
 
 @pytest.mark.parametrize("platform, gpu, force, pin, kind, commands", [
