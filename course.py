@@ -1,31 +1,124 @@
 #!/usr/bin/env python3
 """Set up and use the disttutor course with nothing but Python 3.10+.
 
-    python3 course.py lab        # create .venv, install, open the course in JupyterLab
-    python3 course.py test       # create .venv, install, run every test (unit + all notebooks)
-    python3 course.py execute [chapters/src/NN_x.py ...]
-                                 # maintainers: build chapters from chapters/src and execute them
+    python3 course.py lab [--cpu|--gpu]   # create .venv, install, open the course in JupyterLab
+    python3 course.py doctor              # = disttutor doctor (checks the machine)
+    python3 course.py run hello -n 4      # = disttutor run ... (any course program or script)
+    python3 course.py update              # pull a course update; your notebooks are kept
+    python3 course.py reset 02            # your chapter 2 back to the course's (a backup is kept)
+    python3 course.py test                # run every test (unit + all notebooks)
+    python3 course.py execute [chapters/src/NN_x.py ...]   # maintainers: rebuild chapters
 
-Environment: DISTTUTOR_VENV picks another venv folder; PIP_CONSTRAINT is
-honoured by pip (CI pins the CPU torch wheel with .ci/constraints.txt).
+You work in workspace/ (your own copies of chapters/, made on first `lab`; git ignores them),
+so a course update never touches your work. --cpu / --gpu force the PyTorch build installed
+(default: the CUDA build only when an NVIDIA GPU is found). Environment: DISTTUTOR_VENV picks
+another venv folder; DISTTUTOR_EXTRAS the extras installed (default "dev"); PIP_CONSTRAINT is
+honoured by pip (CI pins torch with .ci/constraints.txt).
 Uses only the standard library, so it runs before anything is installed.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import venv
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
+import workspace  # noqa: E402  (scripts/workspace.py, standard library only)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VENV = os.environ.get("DISTTUTOR_VENV", os.path.join(ROOT, ".venv"))
 BIN = os.path.join(VENV, "Scripts" if os.name == "nt" else "bin")
 PY = os.path.join(BIN, "python.exe" if os.name == "nt" else "python")
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# Extras of pyproject.toml to install; CI adds "browser" (playwright, for scripts/browser_check.py).
+EXTRAS = os.environ.get("DISTTUTOR_EXTRAS", "dev")
+TORCH_SPEC = "torch>=2.6"  # the same bound as pyproject.toml (tests/test_course.py checks)
 
 
-def _fingerprint() -> str:
-    h = hashlib.sha256()
+# ---------------------------------------------------------------- which torch to install
+def detect_gpu() -> str | None:
+    """Why we think an NVIDIA GPU is here (None: no sign of one)."""
+    if os.path.isdir("/proc/driver/nvidia/gpus") and os.listdir("/proc/driver/nvidia/gpus"):
+        return "the NVIDIA driver lists GPUs (/proc/driver/nvidia/gpus)"
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if "GPU" in out:
+            return f"nvidia-smi -L lists {out.count('GPU ')} GPU(s)"
+    return None
+
+
+def torch_pin(constraint_files: str) -> str | None:
+    """The `torch==X` line of the PIP_CONSTRAINT file(s), if any."""
+    for path in constraint_files.split():
+        try:
+            m = re.search(r"^\s*(torch\s*==\s*[^\s#;]+)", open(path).read(), re.M)
+        except OSError:
+            continue
+        if m:
+            return m.group(1).replace(" ", "")
+    return None
+
+
+def torch_plan(platform: str, gpu: str | None, force: str | None, pin: str | None) -> tuple[str, str]:
+    """(kind, why): kind is "pinned", "cpu-index" (PyTorch's CPU wheel index) or "pypi"."""
+    if pin:  # CI and prepared classrooms: the pinned (local) wheel, never a download site
+        extra = f" ({'--' + force} ignored)" if force else ""
+        return "pinned", f"PIP_CONSTRAINT pins {pin}{extra}"
+    if not platform.startswith("linux"):
+        # PyPI's torch for macOS and Windows is the CPU build already (no CUDA wheels there).
+        return "pypi", f"PyPI's torch for {platform} is a CPU build" + (" (no CUDA build here)" if force == "gpu" else "")
+    if force == "gpu":
+        return "pypi", "--gpu: PyPI's Linux torch is the CUDA build"
+    if force == "cpu":
+        return "cpu-index", "--cpu: the CPU-only build"
+    if gpu:
+        return "pypi", f"{gpu}: the CUDA build from PyPI"
+    return "cpu-index", "no NVIDIA GPU found: the CPU-only build (about 200 MB, not 3+ GB of CUDA wheels)"
+
+
+def install_commands(py: str, kind: str, extras: str = "dev") -> list[list[str]]:
+    """The pip command lines for a plan: torch first (from the CPU index when asked), then the course."""
+    course = [py, "-m", "pip", "install", "-e", f".[{extras}]"]
+    if kind == "cpu-index":
+        # --index-url, not --extra-index-url: with both indexes pip would take the highest version,
+        # which is PyPI's CUDA build whenever the CPU index lags behind. Installed first, torch then
+        # satisfies the course's requirement and pip leaves it alone.
+        return [[py, "-m", "pip", "install", TORCH_SPEC, "--index-url", CPU_INDEX, "--timeout", "30", "--retries", "1"], course]
+    return [course]
+
+
+FALLBACK = ("PyTorch's CPU index ({}) could not be reached: installing torch from PyPI instead, which on "
+            "Linux is the CUDA build (about 3 GB to download, 5+ GB on disk).")
+
+
+def _show(path: str) -> str:
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith("..") else rel
+
+
+def _size(path: str) -> float:
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+    return total / 2**30
+
+
+def _fingerprint(kind: str) -> str:
+    h = hashlib.sha256((kind + EXTRAS).encode())
     for name in ("pyproject.toml", os.path.join(".ci", "constraints.txt")):
         p = os.path.join(ROOT, name)
         if os.path.exists(p):
@@ -34,50 +127,141 @@ def _fingerprint() -> str:
     return h.hexdigest()
 
 
-def ensure_env() -> None:
+def ensure_env(force: str | None = None) -> None:
     """Create the venv and install the course (editable, with test extras) once."""
     if sys.version_info < (3, 10):
         sys.exit(f"disttutor needs Python 3.10 or newer; this is {sys.version.split()[0]}")
-    if not os.path.exists(PY):
-        print(f"creating virtual environment in {VENV}", flush=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
     stamp = os.path.join(VENV, ".disttutor-installed")
-    fp = _fingerprint()
-    if os.path.exists(stamp) and open(stamp).read() == fp:
+    installed = open(stamp).read().split() if os.path.exists(stamp) else []
+    if installed and force is None:
+        force = {"cpu-index": "cpu", "pypi": "gpu"}.get(installed[0])  # keep the first choice
+    kind, why = torch_plan(sys.platform, None if force else detect_gpu(), force,
+                           torch_pin(os.environ.get("PIP_CONSTRAINT", "")))
+    fp = _fingerprint(kind)
+    if os.path.exists(PY) and installed[1:] == [fp]:
         return
-    print("installing disttutor and its dependencies (first time only)", flush=True)
-    subprocess.check_call([PY, "-m", "pip", "install", "-e", ".[dev]"], cwd=ROOT)
+    if not os.path.exists(PY):
+        print(f"creating virtual environment in {_show(VENV)}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print(f"installing disttutor and its dependencies; torch: {why}", flush=True)
+    for cmd in install_commands(PY, kind, EXTRAS):
+        if subprocess.call(cmd, cwd=ROOT) != 0:
+            if CPU_INDEX not in cmd:
+                sys.exit(f"installing failed: {' '.join(cmd[1:])}")
+            print(FALLBACK.format(CPU_INDEX), flush=True)
+    torch_v = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    print(f"installed torch {torch_v}; {_show(VENV)} takes {_size(VENV):.1f} GiB", flush=True)
     with open(stamp, "w") as f:
-        f.write(fp)
+        f.write(f"{kind} {fp}")
 
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # ranks share few cores; see chapter 0
+    # The venv's bin first: `disttutor`, `torchrun` and `jupyter` work in JupyterLab's terminals
+    # and in everything started from here, without activating anything.
     env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = VENV
     return env
 
 
+def _flags(extra: list[str]) -> tuple[str | None, list[str]]:
+    force = "cpu" if "--cpu" in extra else "gpu" if "--gpu" in extra else None
+    if "--cpu" in extra and "--gpu" in extra:
+        sys.exit("course.py: --cpu and --gpu exclude each other")
+    return force, [a for a in extra if a not in ("--cpu", "--gpu")]
+
+
+# ---------------------------------------------------------------- commands
+def run_forwarding(cmd: list[str], **kw) -> int:
+    """Run a child, pass SIGTERM (and SIGHUP, as SIGTERM) on to it and wait for it to end: killing
+    this script must not leave a server running on its own (adopted by init, still serving).
+
+    Ctrl-C needs no forwarding: the terminal sends SIGINT to the child too, and a second copy
+    from here would turn jupyter's "Shutdown this server (y/[n])?" into an immediate stop."""
+    proc = subprocess.Popen(cmd, **kw)
+
+    def forward(signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    # Installed after Popen: handlers are not inherited across exec (an ignored signal would be).
+    old = {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+           signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: None)}
+    if hasattr(signal, "SIGHUP"):
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, forward)
+    try:
+        return proc.wait()
+    finally:
+        if proc.poll() is None:  # leaving for another reason: do not leave it behind
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def lab(extra: list[str]) -> int:
-    ensure_env()
+    force, extra = _flags(extra)
+    ensure_env(force)
+    first = workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env())
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
         extra = [*extra, "--allow-root"]  # containers and classroom VMs often run as root; Jupyter refuses otherwise
-    return subprocess.call([PY, "-m", "jupyter", "lab", os.path.join(ROOT, "chapters"), *extra], env=_env())
+    # Rooted at the repository, so chapters/, solutions/, disttutor/programs/ and benchmarks/ are all
+    # in the file browser and a terminal starts here; the learner's copy of chapter 0 opens in front.
+    if os.name != "nt":
+        # Terminals run the user's shell as an interactive, non-login shell. Jupyter starts a
+        # *login* shell when it was not started from a terminal (a desktop launcher, nohup, a
+        # test), and a login shell's /etc/profile resets PATH, hiding `disttutor` (the venv's bin).
+        shell = shlex.quote(os.environ.get("SHELL") or "/bin/sh")
+        extra = [f"--ServerApp.terminado_settings=shell_command={shell}", *extra]
+    return run_forwarding([PY, "-m", "jupyter", "lab", f"--ServerApp.root_dir={ROOT}",
+                           f"--LabApp.default_url=/lab/tree/{workspace.DIR}/{first}", *extra],
+                          cwd=ROOT, env=_env())
+
+
+def update(extra: list[str]) -> int:
+    ensure_env()
+    if workspace.pull(ROOT) != 0:
+        return 1
+    workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env(), verbose=True)
+    return 0
+
+
+def reset(extra: list[str]) -> int:
+    if len(extra) != 1:
+        print("usage: python3 course.py reset NN   (e.g. reset 02)")
+        return 2
+    ensure_env()
+    workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env())
+    return workspace.reset(ROOT, extra[0], trust=[PY, "-m", "jupyter", "trust"], env=_env())
 
 
 def test(extra: list[str]) -> int:
-    ensure_env()
-    return subprocess.call([PY, "-m", "pytest", *extra], cwd=ROOT, env=_env())
+    force, extra = _flags(extra)
+    ensure_env(force)
+    return run_forwarding([PY, "-m", "pytest", *extra], cwd=ROOT, env=_env())
 
 
 def execute(paths: list[str]) -> int:
     ensure_env()
     # No paths: build_notebooks.py builds every chapters/src/NN_*.py.
-    return subprocess.call([PY, os.path.join(ROOT, "scripts", "build_notebooks.py"), *paths], cwd=ROOT, env=_env())
+    return run_forwarding([PY, os.path.join(ROOT, "scripts", "build_notebooks.py"), *paths], cwd=ROOT, env=_env())
+
+
+def disttutor(cmd: str):
+    def passthrough(extra: list[str]) -> int:
+        ensure_env()
+        return run_forwarding([PY, "-m", "disttutor.cli", cmd, *extra], env=_env())
+    return passthrough
 
 
 def main() -> int:
-    cmds = {"lab": lab, "test": test, "execute": execute}
+    cmds = {"lab": lab, "test": test, "execute": execute, "update": update, "reset": reset,
+            "doctor": disttutor("doctor"), "run": disttutor("run")}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         print(__doc__)
         return 2

@@ -80,9 +80,77 @@ def build(src: str):
     return nb
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+PROGRESS_MODELS = {"FloatProgressModel", "IntProgressModel"}
+PLACEHOLDER = ("[interactive widget: run this cell (and the cells above it) in JupyterLab to use it; "
+               "the figure above shows its default output]")
+
+
+def _text(html: str) -> str:
+    import html as html_lib
+
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", html or "")).strip()
+
+
+def _progress_text(state: dict, box: dict) -> str | None:
+    """A tqdm bar (HBox of HTML, progress, HTML) as the line tqdm prints in a terminal."""
+    kids = [state.get(c.replace("IPY_MODEL_", ""), {}).get("state", {}) for c in box.get("children", [])]
+    bars = [k for k in kids if k.get("_model_name") in PROGRESS_MODELS]
+    if len(kids) != 3 or len(bars) != 1:
+        return None
+    left, bar, right = kids
+    total = bar.get("max") or 1
+    filled = int(round(10 * min(1.0, (bar.get("value") or 0) / total)))
+    return f"{_text(left.get('value'))}|{'█' * filled}{' ' * (10 - filled)}| {_text(right.get('value'))}"
+
+
+def settle_widgets(nb) -> dict[str, int]:
+    """Make widget outputs readable in a notebook that is opened, not run.
+
+    nbclient stores the widgets' state (``store_widget_state``), so JupyterLab and nbviewer draw
+    them from it instead of "Error displaying widget: model not found". Closed widgets keep their
+    last state there, so a tqdm bar shows where it ended. What a renderer without widget support
+    (GitHub, a terminal) shows is the output's ``text/plain``: it was the widget's repr at display
+    time (``VBox(children=...`` or a bar at 0%), so it becomes the bar's final line, or a
+    placeholder saying to run the cell. Model ids are renumbered so rebuilding gives stable diffs.
+    """
+    widgets = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {})
+    state = widgets.get("state", {})
+    counts = {"progress": 0, "interactive": 0, "missing": 0}
+    for cell in nb.cells:
+        outs = []
+        for out in cell.get("outputs", []):
+            view = out.get("data", {}).get(WIDGET_VIEW)
+            if view is None:
+                outs.append(out)
+                continue
+            model = state.get(view.get("model_id"))
+            if model is None:  # no state to draw from: keep the text, never a dangling reference
+                counts["missing"] += 1
+                out["data"] = {"text/plain": PLACEHOLDER}
+                outs.append(out)
+                continue
+            line = _progress_text(state, model["state"]) if model["model_name"] == "HBoxModel" else None
+            out["data"]["text/plain"] = line if line is not None else PLACEHOLDER
+            counts["progress" if line is not None else "interactive"] += 1
+            outs.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = outs
+    if state:
+        text = json.dumps(nb, sort_keys=False)
+        for i, old in enumerate(sorted(state, key=text.index)):  # number in order of appearance
+            text = text.replace(old, f"{i:032x}")
+        import nbformat
+
+        renumbered = nbformat.from_dict(json.loads(text))
+        nb.clear()
+        nb.update(renumbered)
+    return counts
+
+
 def clean(nb) -> None:
-    """Drop per-run noise (timestamps, widget state, cell ids) so diffs show real changes."""
-    nb.metadata.pop("widgets", None)
+    """Drop per-run noise (timestamps) so diffs show real changes; keep the widget state."""
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         for out in cell.get("outputs", []):
@@ -134,10 +202,12 @@ def execute(src: str) -> float:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    # store_widget_state: the widgets' state goes into the notebook (see settle_widgets).
+    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", store_widget_state=True,
                    resources={"metadata": {"path": os.path.join(ROOT, "chapters")}}).execute()
     seconds = time.perf_counter() - t0
     refresh_header(nb, int(os.path.basename(src)[:2]), record_build_time(src, seconds))
+    settle_widgets(nb)
     clean(nb)
     nbformat.write(nb, notebook_path(src))
     return seconds

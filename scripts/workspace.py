@@ -1,0 +1,166 @@
+"""The learner's working copies of the chapters, and course updates that never lose them.
+
+``chapters/NN_topic.ipynb`` stay as the course ships them; a learner works in
+``workspace/NN_topic.ipynb`` (a sibling of ``chapters/``, so relative paths such as
+``../solutions/...`` mean the same; git-ignored). ``workspace/.course.json`` records which course
+version each copy was made from. The rules follow nbgitpuller's where they fit:
+
+* a chapter the learner has no copy of (new in the course, or deleted by the learner) is copied;
+* a copy the learner did not change follows the course (replaced by the new version);
+* a copy the learner changed is never overwritten; they are told the course changed and that
+  ``course.py reset NN`` takes the new version (their copy goes to ``workspace/backups/``);
+* course files the learner edited in place (tracked by git) are saved to ``workspace/backups/``
+  before ``git pull`` restores them, so a pull never conflicts and nothing is lost.
+
+Standard library only: ``course.py`` imports it before anything is installed.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+
+DIR = "workspace"
+RECORD = ".course.json"
+
+
+def _norm(x):
+    """Notebook JSON with the spelling differences of different writers removed (line lists vs
+    strings, key order), so that "changed" means the learner changed a cell or an output."""
+    if isinstance(x, list):
+        return "".join(x) if all(isinstance(i, str) for i in x) else [_norm(i) for i in x]
+    if isinstance(x, dict):
+        return {k: _norm(v) for k, v in sorted(x.items()) if k not in ("metadata", "id")}
+    return x
+
+
+def fingerprint(path: str) -> str:
+    try:
+        cells = json.load(open(path, encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unreadable"  # never equal to a course version: treated as the learner's own
+    return hashlib.sha256(json.dumps(_norm(cells), sort_keys=True).encode()).hexdigest()
+
+
+def _record(root: str) -> dict:
+    try:
+        return json.load(open(os.path.join(root, DIR, RECORD)))
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_record(root: str, rec: dict) -> None:
+    with open(os.path.join(root, DIR, RECORD), "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True)
+
+
+def _trust(trust: list[str] | None, paths: list[str], env) -> None:
+    """Sign fresh copies in the learner's notebook-signature store: JupyterLab draws widgets
+    (from the stored widget state) only in trusted notebooks. Only course files are signed."""
+    if trust and paths:
+        r = subprocess.run([*trust, *paths], env=env, capture_output=True, text=True)
+        if r.returncode:
+            print(f"note: could not mark the copies as trusted ({r.stderr.strip()[-120:]}); "
+                  "widgets show a placeholder until you run their cells")
+
+
+def _copy(src: str, dst: str) -> None:
+    tmp = dst + ".tmp"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)  # atomic: an interrupted update never leaves half a notebook
+
+
+def backup(root: str, path: str) -> str:
+    """Copy a file into workspace/backups/ with a timestamp; returns the backup's relative path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    rel = os.path.relpath(path, root)
+    base, ext = os.path.splitext(rel.replace(os.sep, "__"))
+    dst = os.path.join(root, DIR, "backups", f"{base}.{stamp}{ext}")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    shutil.copy2(path, dst)
+    return os.path.relpath(dst, root)
+
+
+def sync(root: str, trust: list[str] | None = None, env=None, verbose: bool = False) -> str:
+    """Bring workspace/ up to date with chapters/; returns the first chapter's file name."""
+    os.makedirs(os.path.join(root, DIR), exist_ok=True)
+    rec, fresh, said = _record(root), [], []
+    chapters = sorted(glob.glob(os.path.join(root, "chapters", "[0-9][0-9]_*.ipynb")))
+    for src in chapters:
+        name = os.path.basename(src)
+        dst = os.path.join(root, DIR, name)
+        course = fingerprint(src)
+        if not os.path.exists(dst):
+            _copy(src, dst)
+            said.append(f"new: {DIR}/{name}" if name not in rec else f"restored: {DIR}/{name}")
+            fresh.append(dst)
+        elif rec.get(name) != course:
+            mine = fingerprint(dst)
+            if mine == course:
+                pass  # already the course's version
+            elif mine == rec.get(name):  # untouched by the learner: follows the course
+                _copy(src, dst)
+                fresh.append(dst)
+                said.append(f"updated: {DIR}/{name}")
+            else:
+                said.append(f"kept your {DIR}/{name} (you changed it); the course's new version is "
+                            f"chapters/{name}: `python3 course.py reset {name[:2]}` takes it (your copy is backed up)")
+                continue  # the record keeps the old version, so the note comes again until resolved
+        rec[name] = course
+    _save_record(root, rec)
+    _trust(trust, fresh, env)
+    if said and (verbose or len(said) < len(chapters)):
+        print("\n".join(said))
+    elif said:
+        print(f"your working copies of the {len(chapters)} chapters are in {DIR}/ (the course's stay in chapters/)")
+    return os.path.basename(chapters[0]) if chapters else ""
+
+
+def reset(root: str, which: str, trust: list[str] | None = None, env=None) -> int:
+    chapters = sorted(glob.glob(os.path.join(root, "chapters", "[0-9][0-9]_*.ipynb")))
+    key = which.zfill(2) if which.isdigit() else which
+    match = [c for c in chapters if os.path.basename(c).startswith(key)]
+    if len(match) != 1:
+        have = ", ".join(os.path.basename(c)[:2] for c in chapters)
+        print(f"course.py reset: no single chapter {which!r} (chapters: {have})")
+        return 2
+    src = match[0]
+    name = os.path.basename(src)
+    dst = os.path.join(root, DIR, name)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    kept = backup(root, dst) if os.path.exists(dst) else None
+    _copy(src, dst)
+    rec = _record(root)
+    rec[name] = fingerprint(src)
+    _save_record(root, rec)
+    _trust(trust, [dst], env)
+    print(f"{DIR}/{name} is the course's version again" + (f"; your copy is in {kept}" if kept else ""))
+    return 0
+
+
+def _git(root: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True)
+
+
+def pull(root: str) -> int:
+    """`git pull --ff-only` of the course, after saving any course file the learner edited."""
+    if _git(root, "rev-parse", "--is-inside-work-tree").returncode:
+        print("course.py update: this copy of the course is not a git clone; download the new version "
+              f"and copy your {DIR}/ folder into it")
+        return 1
+    changed = [line[3:] for line in _git(root, "status", "--porcelain", "--untracked-files=no").stdout.splitlines()]
+    changed = [p.split(" -> ")[-1] for p in changed]
+    saved = [backup(root, os.path.join(root, p)) for p in changed if os.path.isfile(os.path.join(root, p))]
+    if changed:
+        _git(root, "checkout", "--", *changed)  # pristine again; the learner's version is in backups/
+        print(f"you had edited {len(changed)} course file(s); saved to {DIR}/backups/: " + ", ".join(saved))
+    r = _git(root, "pull", "--ff-only")
+    if r.returncode:
+        print("course.py update: git pull failed: " + (r.stderr.strip().splitlines() or ["?"])[-1])
+        return 1
+    print("course: " + (r.stdout.strip().splitlines() or ["up to date"])[-1])
+    return 0
