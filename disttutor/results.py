@@ -34,7 +34,17 @@ def readable_error(raw: str | None, width: int = 240) -> str | None:
     if raw is None:
         return None
     text = _CPP_BOILERPLATE.sub("", _CPP_WHERE.sub("", raw)).strip()
-    text = " ".join(text.splitlines()[0].split()) if text else raw.strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return raw.strip()
+    first = " ".join(lines[0].split())
+    # A header such as RPC's "TypeError: On WorkerInfo(id=3, name=worker3):" says where, not what:
+    # the cause is the last exception line of the remote traceback below it.
+    if first.endswith(":") and len(lines) > 1:
+        cause = next((ln.strip() for ln in reversed(lines[1:]) if is_exception_line(ln)), None)
+        if cause:
+            first = f"{first} {' '.join(cause.split())}"
+    text = first
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

@@ -107,3 +107,13 @@ def test_paths_of_this_machine_are_shown_relative():
 
     torch_file = os.path.join(os.path.dirname(torch.__file__), "distributed", "distributed_c10d.py")
     assert short_paths(torch_file) == "site-packages/torch/distributed/distributed_c10d.py"
+
+
+def test_readable_error_names_the_cause_under_an_rpc_header():
+    from disttutor.results import readable_error
+
+    raw = ("TypeError: On WorkerInfo(id=3, name=worker3):\nTraceback (most recent call last):\n  File \"x.py\"\n"
+           "TypeError: embedding(): argument 'indices' (position 1) must be Tensor, not PyRRef\n")
+    line = readable_error(raw)
+    assert line.startswith("TypeError: On WorkerInfo(id=3, name=worker3):") and line.endswith("not PyRRef")
+    assert "\n" not in line
