@@ -172,8 +172,12 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc
     if stub:  # an untouched stub needs no ranks to say so (and the cell answers at once)
         return CheckResult(exercise, False, [stub])
     path = write_exercise(obj)
+    # The ranks' own lines are not streamed (a checker's log is not for learners), so say that
+    # something is running: a checker job takes a few seconds, more on a busy machine.
+    print(f"checking Exercise {exercise} on {nproc} ranks ...", end="", flush=True)
     res = launch(checker, nproc, {"source": path, "name": name, **(args or {})}, timeout=timeout,
                  check=False, stream=False, **launch_kw)
+    print(f" done in {res.wall_s:.0f} s", flush=True)
     problems: list[str] = []
     for r in res.ranks:
         rep = r.results
