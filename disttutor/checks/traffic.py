@@ -24,7 +24,7 @@ def measure(timeout: float = JOB_TIMEOUT_S) -> dict:
     from ..launch import launch
 
     res = launch("dp_traffic", max(MEASURED_SIZES),
-                 {"steps": 1, "sizes": list(MEASURED_SIZES), "patterns": ",".join(PATTERNS)},
+                 {"steps": 1, "sizes": list(MEASURED_SIZES), "patterns": list(PATTERNS)},
                  stream=False, timeout=timeout)
     r0 = res.results[0]
     sent = {(p, int(n)): runs[p]["sent"] for n, runs in r0["runs"].items() for p in PATTERNS}
