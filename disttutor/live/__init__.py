@@ -12,7 +12,8 @@ From a notebook: ``%load_ext disttutor``, then ``%ranks start -n 4`` and
 """
 from __future__ import annotations
 
-from .pool import LiveError, PoolConfig, Ranks
+from .cells import LiveError
+from .pool import PoolConfig, Ranks
 from .report import CellResult
 
 __all__ = ["Ranks", "PoolConfig", "CellResult", "LiveError", "current", "last_result"]

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from .pool import LiveError, Ranks
+from .cells import LiveError
+from .pool import Ranks
 from .report import CellResult
 
 
