@@ -37,6 +37,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from disttutor.procs import PRCTL, die_with_parent  # noqa: E402  (torch-free)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # What a widget looks like when it is *not* rendered: its repr, or the manager's error.
 BAD = re.compile(r"Error displaying widget|(?:VBox|HBox|Box|Tab|Accordion)\(children=|"
@@ -95,7 +97,11 @@ class Lab:
             [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
              "--ServerApp.port=0", f"--IdentityProvider.token={self.token}",
              f"--ServerApp.root_dir={self.root}", "--allow-root"],
-            cwd=self.root, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=self.root, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            # The server lives no longer than this script: killed outright (a test's timeout sends
+            # SIGKILL, and no ``finally`` runs then), it would stay behind with PPID 1 -- seen once.
+            # SIGTERM, so that the server still shuts its kernels down on its way out.
+            preexec_fn=(lambda: die_with_parent(signal.SIGTERM)) if PRCTL else None)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:  # the server writes its port (OS-chosen) to the runtime dir
             info = glob.glob(os.path.join(runtime, f"jpserver-{self.proc.pid}.json"))
@@ -274,7 +280,12 @@ def check(chapters: list[str], run: list[str], chromium: str, run_timeout: float
     return 1 if failures else 0
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds through check()'s ``finally``: the server is closed
+
+
 def main(argv=None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=None, help="chapter numbers to open (default: all)")
     p.add_argument("--run", nargs="*", default=["00", "01"], help="chapters to run end to end")
