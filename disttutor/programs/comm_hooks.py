@@ -8,8 +8,8 @@ Each hook trains a fresh DDP replica of the same seeded model on the same batche
   the bf16 hook only with NCCL 2.10+: elsewhere its row says ``refused`` and why;
 * ``powersgd`` -- ``powerSGD_hook`` with rank-1 low-rank approximation and error feedback
   (its first ``start_powerSGD_iter`` steps are plain all-reduces);
-* ``scratch`` -- :func:`disttutor.scratch.compress.fp16_compress_hook`, written from scratch;
-* ``learner`` -- a hook loaded from ``--source FILE --name FUNC`` (Exercise 8.2's checker).
+* ``learner`` -- a hook loaded from ``--source FILE --name FUNC``: Exercise 8.2's checker runs the
+  learner's own from-scratch hook here (the course ships no from-scratch copy: it would be the answer).
 
 Bytes are counted by :class:`disttutor.perf.CommRecorder` as the hooks call ``dist.all_reduce``::
 
@@ -30,7 +30,7 @@ from disttutor import perf, runtime
 from disttutor.config import require_positive
 from disttutor.options import cli, opt
 
-Hook = Literal["allreduce", "fp16", "bf16", "powersgd", "scratch", "learner"]
+Hook = Literal["allreduce", "fp16", "bf16", "powersgd", "learner"]
 POWERSGD_START = 2  # PowerSGD needs >= 2 plain steps first when error feedback is on (torch checks it)
 # A compressed hook must send at most this fraction of the fp32 bytes (fp16: 0.5) ...
 MAX_BYTES_RATIO = 0.55
@@ -42,7 +42,7 @@ LOSS_RTOL = 0.05
 
 @dataclass(frozen=True)
 class HookConfig:
-    hooks: tuple[str, ...] = opt(("allreduce", "fp16", "bf16", "powersgd", "scratch"), "hooks to compare")
+    hooks: tuple[str, ...] = opt(("allreduce", "fp16", "bf16", "powersgd"), "hooks to compare")
     steps: int = opt(30, "optimiser steps per hook")
     batch: int = opt(64, "GLOBAL batch per step")
     lr: float = opt(0.05, "SGD learning rate")
@@ -74,9 +74,6 @@ def make_hook(name: str, cfg: HookConfig):
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
                                             start_powerSGD_iter=POWERSGD_START, min_compression_rate=1.0)
         return state, powerSGD_hook.powerSGD_hook
-    if name == "scratch":
-        from disttutor.scratch.compress import fp16_compress_hook
-        return None, fp16_compress_hook
     from disttutor.checks.adapter import load_exercise
     return None, load_exercise(cfg.source, cfg.name)
 
