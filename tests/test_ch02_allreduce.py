@@ -67,7 +67,7 @@ def test_configs_reject_bad_input():
     with pytest.raises(ValueError, match="iters"):
         BenchConfig(iters=0)
     with pytest.raises(ValueError, match="function names"):
-        CheckConfig(source="x.py", names=("ring all reduce",))
+        CheckConfig(source="x.py", name=("ring all reduce",))
     with pytest.raises(ValueError, match="world_sizes"):
         check_ring_allreduce(SOLUTION, world_sizes=(0,))
     with pytest.raises(ValueError, match="nprocs"):

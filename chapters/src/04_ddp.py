@@ -207,7 +207,9 @@ assert coverage(run_noepoch) == {"handed": 508, "distinct": 508, "repeated": 0}
 # over a few steps, and far below what any real bug (a missing division: 2×; a skipped gradient) gives.
 
 # %%
-RTOL = 1e-5  # fp32 summation-order noise is ~1e-7 per step; a bug is >1e-2. See the text above.
+# fp32 summation-order noise is ~1e-7 per step; a bug is >1e-2 (the text above). The course's one constant:
+from disttutor.checks.tolerances import DATA_PARALLEL_RTOL as RTOL
+
 # One launch, two wrappers in turn: torch's DDP now, the from-scratch one of Exercise 4.2 in section 6.
 ref = disttutor.launch("ddp_scratch", nproc=2, stream=False,
                        args={"wrappers": ["torch", "bucketed"], "reference": True, "trace": True, "steps": 4})

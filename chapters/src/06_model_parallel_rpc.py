@@ -39,6 +39,7 @@ import torch
 
 import disttutor
 from disttutor.programs import model_parallel as mp_prog
+from disttutor.timeline import compute_overlap_s
 from disttutor.programs import rpc_article, rpc_train
 from disttutor.results import format_table
 from disttutor.viz.model_parallel import plot_timeline
@@ -116,7 +117,7 @@ plt.show()
 # machine):
 
 # %%
-overlap = mp_prog.compute_overlap_s(mp_run.results)
+overlap = compute_overlap_s(mp_run.results)
 window = max(r["t0"] + r["wall_s"] for r in mp_run.results) - min(r["t0"] for r in mp_run.results)
 print(format_table([{"rank": r, "compute ms": round(1e3 * x["compute_s"], 1),
                      "waiting in send/recv ms": round(1e3 * x["wait_s"], 1),
@@ -129,7 +130,7 @@ print(f"sum of all ranks' compute / window: {sum(x['compute_s'] for x in mp_run.
 # %% tags=["nbval-check-output"]
 # The claims above, checked (no timings printed: this holds on every run).
 # Compute spans of different ranks never overlap (1e-5 s: the report rounds timestamps to 1 us) ...
-assert mp_prog.compute_overlap_s(mp_run.results) < 1e-5
+assert compute_overlap_s(mp_run.results) < 1e-5
 # ... so the compute of all ranks together fits in the window, i.e. the average rank idles >= 3/4.
 assert sum(x["compute_s"] for x in mp_run.results) <= window + 1e-5
 print("at most one rank computes at any moment:", True)

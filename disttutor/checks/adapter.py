@@ -157,7 +157,7 @@ class CheckResult:
         return self
 
 
-def run_check(exercise: str, checker: str, obj: Callable | str, name: str, nproc: int = 2,
+def run_check(exercise: str, checker: str, obj: Callable | str, name: str | tuple[str, ...], nproc: int = 2,
               args: dict[str, Any] | None = None, timeout: float = JOB_TIMEOUT_S, hint: str | None = None,
               **launch_kw: Any) -> CheckResult:
     """Launch ``checker`` (a program module) on ``nproc`` ranks against the learner's code.

@@ -20,12 +20,12 @@ order the additions happen in, and no tolerance is needed.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
+from ..options import cli, opt
 from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
 
 #: (shape, dtype) cases: divisible and non-divisible sizes, fewer elements than
@@ -72,12 +72,14 @@ def first_problem(got: torch.Tensor, want: torch.Tensor, world: int) -> str | No
 
 @dataclass(frozen=True)
 class CheckConfig:
-    source: str
-    names: tuple[str, ...] = ("ring_all_reduce",)
+    source: str = opt("", "file with the learner's function(s)")
+    name: tuple[str, ...] = opt(("ring_all_reduce",), "the function(s) to check, each on every case")
 
     def __post_init__(self):
-        if not self.names or not all(n.isidentifier() for n in self.names):
-            raise ValueError(f"names must be Python function names, got {self.names!r}")
+        if not self.source:
+            raise ValueError("--source FILE is required")
+        if not self.name or not all(n.isidentifier() for n in self.name):
+            raise ValueError(f"names must be Python function names, got {self.name!r}")
 
 
 def _check_one(fn: Callable, case: int, shape: tuple[int, ...], dtype: str, rank: int, world: int,
@@ -119,7 +121,7 @@ def run(cfg: CheckConfig) -> None:
     from .adapter import load_exercise
 
     with runtime.setup() as ctx:
-        fns = {name: load_exercise(cfg.source, name) for name in cfg.names}
+        fns = {name: load_exercise(cfg.source, name) for name in cfg.name}
         checked = 0
         cases = [(c, shape, dt, False) for c, (shape, dt) in enumerate(CASES)]
         cases.append((len(CASES), *STRIDED_CASE, True))
@@ -137,7 +139,7 @@ def run(cfg: CheckConfig) -> None:
                     runtime.report(passed=True, problem=None, note="other ranks went wrong")
                     return
                 checked += 1
-        runtime.report(passed=True, cases=checked, names=list(cfg.names))
+        runtime.report(passed=True, cases=checked, names=list(cfg.name))
 
 
 def check_all_reduce(obj: Callable | str, names: Sequence[str] | None = None,
@@ -157,7 +159,7 @@ def check_all_reduce(obj: Callable | str, names: Sequence[str] | None = None,
     problems: list[str] = []
     details: list[dict[str, Any]] = []
     for n in world_sizes:
-        res = run_check(exercise, "disttutor.checks.allreduce", obj, ",".join(names), nproc=n,
+        res = run_check(exercise, "disttutor.checks.allreduce", obj, tuple(names), nproc=n,
                         timeout=timeout, collective_timeout=collective_timeout, **launch_kw)
         details += res.details
         if not res.passed:
@@ -176,12 +178,7 @@ def check_ring_allreduce(fn: Callable | str, world_sizes: Sequence[int] = (2, 3,
     return check_all_reduce(fn, None, world_sizes, "2.1", **kw)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="disttutor.checks.allreduce", description=__doc__.splitlines()[0])
-    p.add_argument("--source", required=True, help="file with the learner's function(s)")
-    p.add_argument("--name", default="ring_all_reduce", help="function name(s), comma-separated")
-    a = p.parse_args(argv)
-    run(CheckConfig(source=a.source, names=tuple(n.strip() for n in a.name.split(",") if n.strip())))
+main = cli(CheckConfig, run)
 
 
 if __name__ == "__main__":

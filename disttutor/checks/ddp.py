@@ -20,11 +20,12 @@ collective timeout turns that into an error message instead of a frozen cell.
 """
 from __future__ import annotations
 
-import argparse
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
 
 import torch
 
+from ..options import cli, opt
 from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
 
 from .tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
@@ -184,21 +185,31 @@ def _train_and_compare(obj: Any, exercise: str, steps: int, bucket_cap: int) -> 
     return {"passed": True, "collectives_per_step": len(rec.calls) / steps}
 
 
-def main(argv: list[str] | None = None) -> None:
+@dataclass(frozen=True)
+class DDPCheckConfig:
+    source: str = opt("", "file with the learner's code")
+    name: str = opt("", "the function (4.1) or class (4.2) to check")
+    exercise: Literal["naive", "bucketed"] = opt("naive", "which exercise: 4.1 naive, 4.2 bucketed")
+    steps: int = opt(3, "training steps compared with the single-process reference")
+    bucket_cap: int = opt(BUCKET_CAP, "elements per bucket (4.2)")
+
+    def __post_init__(self):
+        if not self.source or not self.name.isidentifier():
+            raise ValueError("need --source FILE and a --name that is a Python name")
+        if self.steps < 1 or self.bucket_cap < 1:
+            raise ValueError("--steps and --bucket-cap must be >= 1")
+
+
+def run(cfg: DDPCheckConfig) -> None:
     from .. import runtime
     from .adapter import load_exercise
 
-    p = argparse.ArgumentParser(prog="disttutor.checks.ddp", description="checker for Exercises 4.1 and 4.2")
-    p.add_argument("--source", required=True)
-    p.add_argument("--name", required=True)
-    p.add_argument("--exercise", choices=("naive", "bucketed"), required=True)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--bucket-cap", type=int, default=BUCKET_CAP)
-    a = p.parse_args(argv)
-    if a.steps < 1:
-        raise SystemExit("--steps must be >= 1")
     with runtime.setup():
-        runtime.report(**_train_and_compare(load_exercise(a.source, a.name), a.exercise, a.steps, a.bucket_cap))
+        runtime.report(**_train_and_compare(load_exercise(cfg.source, cfg.name), cfg.exercise, cfg.steps,
+                                            cfg.bucket_cap))
+
+
+main = cli(DDPCheckConfig, run)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Comparisons of integers (byte counts, schedules, all-reduce inputs of small
 integers) are exact and need none.
 """
 
-#: Data parallel vs one process on the full batch (Exercises 4.1, 4.2, chapter 4's runs).
+#: Data parallel vs one process on the full batch (Exercises 4.1, 4.2, 8.1; chapters 4 and 8).
 #: fp32 with a different summation order (per-rank partial sums, then an all-reduce, versus
 #: one sum over the whole batch) differs by a few ulps (~1e-7 relative) per step; 1e-5 leaves
 #: 100x headroom for a few SGD steps, while a real mistake (a missing division, a stale or

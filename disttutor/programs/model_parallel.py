@@ -22,9 +22,6 @@ from disttutor.data import regression
 from disttutor.models import MLP, seeded
 from disttutor.p2p import StageLink
 from disttutor.timeline import Timeline
-# Notebook-side analysis lives in disttutor.timeline; chapter 6's committed notebook still reaches it as
-# mp_prog.compute_overlap_s (switch its import, then rebuild the notebook, and drop this line).
-from disttutor.timeline import compute_overlap_s  # noqa: F401  (re-export, not defined here)
 from disttutor.config import require_positive
 from disttutor.options import cli, opt
 
