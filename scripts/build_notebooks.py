@@ -23,6 +23,7 @@ notebook matches its source and carries outputs.
     python3 course.py execute                      # all chapters
     python3 course.py execute chapters/src/02_process_groups_collectives.py
     python scripts/build_notebooks.py chapters/src/04_ddp.py   # this script, in the current environment
+    python scripts/build_notebooks.py --metadata-only          # cell metadata only (tags, nbgrader), no run
 """
 from __future__ import annotations
 
@@ -73,11 +74,61 @@ def build(src: str):
     nb.metadata["language_info"] = {"name": "python"}
     for i, c in enumerate(parse(open(src).read())):
         cell = (nbformat.v4.new_markdown_cell if c["type"] == "markdown" else nbformat.v4.new_code_cell)(c["source"])
-        if c["tags"]:
-            cell.metadata["tags"] = c["tags"]
+        cell.metadata.update(cell_metadata(c))
         cell["id"] = f"cell-{i:03d}"  # stable ids: rebuilding changes no line that did not change
         nb.cells.append(cell)
     return nb
+
+
+_STUB = re.compile(r'NotImplementedError\(\s*"Exercise (\d+\.\d+):')
+
+
+def _checker_calls() -> dict[str, str]:
+    """``{checker function name: exercise id}`` from the one exercise registry."""
+    sys.path.insert(0, ROOT)
+    from disttutor.checks.registry import EXERCISES
+
+    return {e.checker.split(":")[1]: e.id for e in EXERCISES}
+
+
+def cell_metadata(c: dict) -> dict:
+    """What a cell's metadata says, derived from its source: its tags, and nbgrader's marks.
+
+    nbgrader's conventions (schema 3), so a course that uses nbgrader takes the exercises as they
+    are (and ``disttutor grade`` finds the learner's cell by its ``grade_id``): the cell with an
+    exercise's stub is the learner's *solution* cell, ``grade_id: "exercise-N.M"``; the cell that
+    calls the exercise's checker is *read-only* (``locked``). Neither is an nbgrader *grade* cell:
+    the checker cells print a result instead of raising, so that a chapter runs top to bottom
+    before the learner has written anything (``disttutor grade`` does the grading).
+    """
+    meta: dict = {"tags": list(c["tags"])} if c["tags"] else {}
+    if c["type"] != "code":
+        return meta
+    stub = _STUB.search(c["source"])
+    called = [ex for fn, ex in _checker_calls().items() if re.search(rf"\b{fn}\(", c["source"])]
+    if stub:
+        meta["nbgrader"] = {"grade": False, "grade_id": f"exercise-{stub.group(1)}", "locked": False,
+                            "schema_version": 3, "solution": True}
+    elif called:
+        meta["nbgrader"] = {"grade": False, "grade_id": f"check-{called[0]}", "locked": True,
+                            "schema_version": 3, "solution": False}
+    return meta
+
+
+def refresh_metadata(src: str) -> None:
+    """Give a committed notebook the metadata its source implies, without executing it again."""
+    import nbformat
+
+    path = notebook_path(src)
+    nb = nbformat.read(path, as_version=4)
+    want = parse(open(src).read())
+    if [(c.cell_type, c.source) for c in nb.cells] != [(c["type"], c["source"]) for c in want]:
+        raise SystemExit(f"{os.path.relpath(path, ROOT)} is stale: execute it instead of refreshing metadata")
+    for cell, c in zip(nb.cells, want):
+        cell.metadata.pop("tags", None)
+        cell.metadata.pop("nbgrader", None)
+        cell.metadata.update(cell_metadata(c))
+    nbformat.write(nb, path)
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -214,11 +265,18 @@ def execute(src: str) -> float:
 
 
 def main(paths: list[str]) -> int:
+    metadata_only = "--metadata-only" in paths
+    paths = [p for p in paths if p != "--metadata-only"]
     srcs = []
     for p in paths or sorted(glob.glob(os.path.join(ROOT, "chapters", "src", "[0-9][0-9]_*.py"))):
         if p.endswith(".ipynb"):  # accept the notebook's path too
             p = os.path.join(ROOT, "chapters", "src", os.path.basename(p)[:-6] + ".py")
         srcs.append(p)
+    if metadata_only:
+        for s in srcs:
+            refresh_metadata(s)
+        print(f"metadata refreshed in {len(srcs)} notebook(s)")
+        return 0
     for s in srcs:
         print(f"executing {os.path.relpath(s, ROOT)} ...", flush=True)
         print(f"  -> {os.path.relpath(notebook_path(s), ROOT)} in {execute(s):.1f}s", flush=True)

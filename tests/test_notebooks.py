@@ -44,3 +44,29 @@ def test_notebook_is_built_from_source_and_executed(src):
     assert any("assert " in "".join(c["source"]) for c in code), "no assert backs the chapter's claims"
     errors = [o for c in code for o in c["outputs"] if o.get("output_type") == "error"]
     assert not errors, f"committed with an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=os.path.basename)
+def test_cell_metadata_follows_the_source(src):
+    """Tags and nbgrader marks in the committed notebook are what the source implies (nbval reads the
+    tags; nbgrader and ``disttutor grade`` read ``grade_id``): refreshed by
+    ``scripts/build_notebooks.py --metadata-only`` when only the marks changed."""
+    nb = json.load(open(build_notebooks.notebook_path(src)))
+    got = [{k: c["metadata"][k] for k in ("tags", "nbgrader") if k in c["metadata"]} for c in nb["cells"]]
+    want = [build_notebooks.cell_metadata(c) for c in build_notebooks.parse(open(src).read())]
+    assert got == want, f"{os.path.basename(src)}: cell metadata differs from the source's; run " \
+                        f"`python scripts/build_notebooks.py --metadata-only {os.path.relpath(src, ROOT)}`"
+
+
+def test_every_exercise_has_one_nbgrader_solution_cell_and_a_locked_check():
+    from disttutor.checks.registry import EXERCISES
+
+    marks: dict[str, list[str]] = {}
+    for src in SOURCES:
+        for c in build_notebooks.parse(open(src).read()):
+            g = build_notebooks.cell_metadata(c).get("nbgrader")
+            if g:
+                marks.setdefault(g["grade_id"], []).append(os.path.basename(src)[:2])
+    for e in EXERCISES:
+        assert marks.get(f"exercise-{e.id}") == [f"{e.chapter:02d}"], (e.id, marks.get(f"exercise-{e.id}"))
+        assert f"{e.chapter:02d}" in marks.get(f"check-{e.id}", []), f"no cell of chapter {e.chapter} calls {e.checker}"
