@@ -17,8 +17,8 @@
 #    node, a Slurm `sbatch` script and a Kubernetes `PyTorchJob` — each checked by the tool that
 #    will read it.
 #
-# **What this machine cannot show.** All "nodes" here are processes on one CPU machine talking over
-# loopback (`127.0.0.1`) with the gloo backend. Real multi-node runs add things we cannot measure
+# **What one machine cannot show.** All "nodes" here are processes on this one machine talking over
+# loopback (`127.0.0.1`), with the backend `launch()` picks (gloo without GPUs). Real multi-node runs add things we cannot measure
 # here: network interfaces (`GLOO_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`), firewalls between nodes,
 # InfiniBand/RDMA for NCCL. The launch code is the real one: on GPU machines `runtime.setup()`
 # picks NCCL and `cuda:LOCAL_RANK` by itself.
