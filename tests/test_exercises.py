@@ -157,3 +157,17 @@ def test_7_1_rejects_warmup_without_min():
     # GPipe's order is not 1F1B
     r = check("7.1", "def one_f_one_b(rank, p, m):\n    return [('F', i) for i in range(m)] + [('B', i) for i in range(m)]\n")
     assert not r.passed and "rank 0 of p=4, m=8: action 4 is ('B', 0)" in r.problems[0]
+
+
+def test_7_2_rejects_the_formula_a_window_from_zero_and_per_rank_windows():
+    r = check("7.2", wrong("7.2", "busy / (len(timelines) * (last - first))", "busy / (len(timelines) * last)"))
+    assert not r.passed and "the window starts at the earliest event, not at time 0" in r.problems[0], r.problems
+    # the drawing's formula is right on every drawing, wrong on a measurement
+    r = check("7.2", "def bubble_fraction(timelines):\n    p = len(timelines)\n    m = len(timelines[0]) // 2\n"
+                     "    return (p - 1) / (m + p - 1)\n")
+    assert not r.passed and r.problems[0].startswith("measured-looking 1f1b events, p=3, m=4: yours is 0.333333"), r.problems
+    assert "that is the formula (p-1)/(m+p-1)" in r.problems[0]
+    r = check("7.2", "def bubble_fraction(timelines):\n    fr = []\n    for evs in timelines:\n"
+                     "        a, b = min(e[3] for e in evs), max(e[4] for e in evs)\n"
+                     "        fr.append(1 - sum(e[4] - e[3] for e in evs) / (b - a))\n    return sum(fr) / len(fr)\n")
+    assert not r.passed and "one window for all ranks" in r.problems[0], r.problems

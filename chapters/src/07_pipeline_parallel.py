@@ -366,6 +366,32 @@ for name, res in [("1F1B, 4 ranks", run_1f1b), ("interleaved, 2 ranks", run_il)]
           f"{st['bubble']:.3f} (per rank {[round(b, 3) for b in st['per_rank']]})")
 
 # %% [markdown]
+# ### Exercise 7.2 — the bubble of a measured run
+#
+# The line above came from `bubble_stats`. Write it yourself: `bubble_fraction(timelines)` gets
+# what the ranks reported — `timelines[rank]` is a list of events `[kind, mb, stage, start_s, end_s]`
+# (clock readings in seconds, in any order) — and returns the fraction of the run's window in which
+# the ranks were not computing. The checker (no ranks needed) feeds it drawn schedules and
+# measured-looking events, and on this run yours must print the same number as above.
+
+# %%
+def bubble_fraction(timelines):
+    """Fraction of p x (the run's window) in which no event of a rank was running."""
+    raise NotImplementedError("Exercise 7.2: one window for all ranks, busy time of every event, then the fraction")
+
+
+# %%
+print(hint("7.2", 1))  # hint("7.2", 2) is stronger; hint("7.2", 3) names the solution
+
+# %%
+from disttutor.checks.pipeline import check_bubble_fraction
+
+result_7_2 = check_bubble_fraction(bubble_fraction)
+print(result_7_2)
+if result_7_2.passed:  # your function on this chapter's own 1F1B run
+    print(f"yours on the 1F1B run: {bubble_fraction([r['timeline'] for r in run_1f1b.results]):.3f}")
+
+# %% [markdown]
 # ### Where the gap comes from: theory + measured overhead
 #
 # The simulator assumes equal slots (forward 1, backward 2) and free communication. A real run

@@ -1,4 +1,7 @@
-"""Checker for Exercise 7.1 (chapter 7): the order in which one rank runs a 1F1B schedule.
+"""Checkers for Exercises 7.1 (the order in which one rank runs a 1F1B schedule) and 7.2 (the
+bubble of a measured pipeline run) -- chapter 7.
+
+Exercise 7.1.
 
 The learner writes ``one_f_one_b(rank, p, m)``: the list of ``("F", i)`` / ``("B", i)``
 actions rank ``rank`` of a ``p``-stage pipeline runs for ``m`` micro-batches. The checker
@@ -10,13 +13,21 @@ actions rank ``rank`` of a ``p``-stage pipeline runs for ``m`` micro-batches. Th
    schedule, itself tested against torch's runs) for shapes not launched here: more ranks,
    more micro-batches, and fewer micro-batches than stages.
 Orders are lists of small integers: the comparison is exact.
+
+Exercise 7.2. The learner writes ``bubble_fraction(timelines)``: from every rank's reported
+events ``[kind, mb, stage, start_s, end_s]`` (what :mod:`disttutor.programs.pipeline` reports),
+the fraction of the run's window that the ranks spent not computing. Checked here, without
+ranks, against :func:`disttutor.schedules.bubble_stats` on drawn schedules and on event lists
+that look like measurements: absolute clock times, uneven slots, gaps, events out of order.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from ..schedules import PipeSpec, rank_orders
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
+import random
+
+from ..schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
+from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner, run_local
 
 LAUNCHED = (3, 4)  # p ranks, m micro-batches run on real ranks
 MODELLED = ((4, 8), (4, 2), (2, 5), (1, 3))
@@ -89,3 +100,66 @@ def _compare_all(order: Callable, cases: list) -> str | None:
         if problem:
             return problem
     return None
+
+
+# Sums of a few dozen float64 durations, in the learner's order instead of ours: ~1e-15 relative;
+# 1e-9 is far below any real mistake (a per-rank window, a window from 0, the formula: > 1e-2).
+BUBBLE_TOL = 1e-9
+DRAWN = (PipeSpec("gpipe", p=4, m=8), PipeSpec("1f1b", p=4, m=4), PipeSpec("interleaved", p=2, m=4, v=2),
+         PipeSpec("1f1b", p=1, m=3))
+
+
+def bubble_cases() -> list[tuple[str, list[list[list]], int, float]]:
+    """(what, timelines, p, the formula's value) -- drawn schedules, then measured-looking ones."""
+    rng = random.Random(7)
+    cases = []
+    for spec in DRAWN:
+        tl = [[[s.kind, s.mb, s.stage, s.start, s.end] for s in simulate(spec).slots if s.rank == r]
+              for r in range(spec.p)]
+        cases.append((f"the drawn {spec.schedule} schedule, p={spec.p}, m={spec.m}", tl, spec.p, formula(spec)))
+    for spec in (PipeSpec("1f1b", p=3, m=4), PipeSpec("gpipe", p=2, m=3)):
+        # Like a real report: perf_counter times (large offsets), uneven slots, gaps, ranks starting
+        # at different moments, events listed out of order.
+        tl = []
+        for r in range(spec.p):
+            t, evs = 5000.0 + 0.01 * r, []
+            for s in (x for x in simulate(spec).slots if x.rank == r):
+                t = max(t, 5000.0 + s.start * 0.02) + rng.uniform(0, 0.003)
+                evs.append([s.kind, s.mb, s.stage, t, t + (s.end - s.start) * 0.02 * rng.uniform(0.7, 1.6)])
+                t = evs[-1][4]
+            rng.shuffle(evs)
+            tl.append(evs)
+        cases.append((f"measured-looking {spec.schedule} events, p={spec.p}, m={spec.m}", tl, spec.p, formula(spec)))
+    return cases
+
+
+def _bubble_problem(fn: Callable) -> str | None:
+    for what, tl, p, drawn_formula in bubble_cases():
+        want = bubble_stats(slots_from_events(tl), p)["bubble"]
+        got = fn([[list(e) for e in evs] for evs in tl])  # a copy: a learner may sort in place
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            return f"{what}: expected a number (the fraction), got {got!r}"[:300]
+        if abs(got - want) <= BUBBLE_TOL:
+            continue
+        evs = [e for r in tl for e in r]
+        busy, last = sum(e[4] - e[3] for e in evs), max(e[4] for e in evs)
+        per_rank = [1 - sum(e[4] - e[3] for e in r) / (max(e[4] for e in r) - min(e[3] for e in r)) for r in tl]
+        why = ""
+        if abs(got - (1 - busy / (p * last))) <= 1e-9:
+            why = " -- the window starts at the earliest event, not at time 0 (the times are clock readings)"
+        elif abs(got - sum(per_rank) / p) <= 1e-9:
+            why = (" -- one window for all ranks (first start to last end anywhere): a rank that starts late "
+                   "or ends early is idle in the rest of it")
+        elif abs(got - drawn_formula) <= 1e-9 and abs(want - drawn_formula) > 1e-9:
+            why = " -- that is the formula (p-1)/(m+p-1), a drawing's value: measure the events instead"
+        elif not 0.0 <= got <= 1.0:
+            why = " -- a fraction of the window lies between 0 and 1"
+        return f"{what}: yours is {got:.6f}, the events give {want:.6f}{why}"
+    return None
+
+
+def check_bubble_fraction(fn: Callable | str) -> CheckResult:
+    """Exercise 7.2: is ``fn(timelines)`` the bubble fraction of the events, measured?"""
+    return run_local("7.2", fn, function_name(fn, "bubble_fraction"), _bubble_problem)

@@ -86,6 +86,12 @@ EXERCISES: tuple[Exercise, ...] = (
                  "drains the remaining backwards.",
                  "Warm-up: min(m, p - r) forwards. Then repeat: B of the oldest micro-batch, then F of the "
                  "next one if any are left.")),
+    Exercise("7.2", 7, "the bubble of a measured pipeline run", "bubble_fraction",
+             "disttutor.checks.pipeline:check_bubble_fraction", "solutions/ex7_2_bubble_fraction.py", (
+                 "The window runs from the earliest start to the latest end over ALL ranks (clock times, "
+                 "not from 0); the bubble is the part of p x window in which no slot runs.",
+                 "busy = sum of (end - start) over every event of every rank; "
+                 "bubble = 1 - busy / (p * (t_last - t_first)).")),
     Exercise("8.1", 8, "no_sync() for the from-scratch bucketed DDP", "NoSyncDDP",
              "disttutor.checks.perf:check_no_sync", "solutions/ex8_1_no_sync.py",
              ("a flag set by no_sync() and restored when it exits (contextlib.contextmanager, try/finally)",
