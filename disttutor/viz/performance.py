@@ -75,7 +75,7 @@ def plot_buckets(rows: list[dict], axes=None):
         axes = plt.subplots(1, 2, figsize=(11, 3.2))[1]
     ax1, ax2 = axes
     xs = range(len(rows))
-    labels = [f"{r['cap_mb']:g} MB\n{r['buckets']} buckets" for r in rows]
+    labels = [f"{r['cap_mb']:g} MB\n{r['buckets']} bucket{'s' * (r['buckets'] != 1)}" for r in rows]
     ax1.bar([x - 0.2 for x in xs], [r["ddp_ms"] for r in rows], 0.4, label="backward under DDP (all-reduces in flight)")
     ax1.bar([x + 0.2 for x in xs], [r["bwd_ms"] for r in rows], 0.4, label="backward alone (no_sync)")
     ax1.bar([x + 0.2 for x in xs], [r["comm_ms"] for r in rows], 0.4, bottom=[r["bwd_ms"] for r in rows],
@@ -83,7 +83,9 @@ def plot_buckets(rows: list[dict], axes=None):
     ax1.set_xticks(list(xs), labels)
     ax1.set_ylabel("ms per step (median)")
     ax1.set_title("overlap = left bar shorter than right stack")
-    ax1.legend(fontsize=7)
+    top = max(max(r["ddp_ms"], r["bwd_ms"] + r["comm_ms"]) for r in rows)
+    ax1.set_ylim(0, 1.5 * top)  # head room: the legend sits above the bars, not on them
+    ax1.legend(fontsize=7, loc="upper center", ncol=1)
     ax2.bar(list(xs), [r["hidden_ms"] for r in rows], color=["C2" if r["hidden_ms"] > 0 else "C3" for r in rows])
     ax2.axhline(0, color="k", lw=0.8)
     ax2.set_xticks(list(xs), labels)
