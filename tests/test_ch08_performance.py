@@ -15,7 +15,8 @@ from disttutor.checks.perf import check_compress_hook, check_no_sync
 from disttutor.programs.accumulation import AccumConfig, groups
 from disttutor.programs.amp import AMPConfig
 from disttutor.programs.comm_hooks import HookConfig
-from disttutor.programs.dataloading import LoadConfig
+from disttutor.programs.dataloading import LoadConfig, settings
+from disttutor.programs.ddp_tuning import TuningConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -44,6 +45,21 @@ def test_configs_reject_bad_values():
         HookConfig(hooks=("powersgd",), steps=2)
     with pytest.raises(ValueError, match="workers"):
         LoadConfig(workers=(-1,))
+    with pytest.raises(ValueError, match="prefetch_sweep"):
+        LoadConfig(prefetch_sweep=(0,))
+    with pytest.raises(ValueError, match="caps_mb"):
+        TuningConfig(caps_mb=(1.0, 0.0))
+    with pytest.raises(ValueError, match="steps"):
+        TuningConfig(steps=0)
+
+
+def test_loader_settings_change_one_option_at_a_time():
+    got = settings(LoadConfig(workers=(0, 2), base_workers=1, prefetch_sweep=(1, 2, 4)))
+    assert [(s.workers, s.persistent, s.prefetch, s.pin) for s in got] == [
+        (0, True, 2, False), (2, True, 2, False),                    # the num_workers sweep
+        (1, False, 2, False), (1, True, 1, False), (1, True, 4, False),  # prefetch 2 is the baseline: not repeated
+        (1, True, 2, True)]
+    assert len(settings(LoadConfig(workers=(0,), variants=False))) == 1
 
 
 def test_groups_keep_the_leftover():
@@ -86,12 +102,42 @@ def test_hooks_bytes_and_amp_losses(no_leftovers):
 @pytest.mark.slow
 @pytest.mark.timeout(SLOW)
 def test_dataloading_covers_every_sample_with_workers(no_leftovers):
-    res = disttutor.launch("dataloading", 2, LoadConfig(workers=(0, 2), samples=64, side=32, epochs=2),
-                           stream=False, timeout=300)
-    for w in range(2):
+    cfg = LoadConfig(workers=(0, 2), samples=64, side=32, epochs=2, base_workers=1, prefetch_sweep=(1,))
+    res = disttutor.launch("dataloading", 2, cfg, stream=False, timeout=300)
+    rows = res.results[0]["rows"]
+    assert [r["label"] for r in rows] == [s.label for s in settings(cfg)]
+    for w in range(len(rows)):
         for epoch in range(2):
             seen = sorted(i for rep in res.results for i in rep["rows"][w]["seen"][epoch])
             assert seen == list(range(64)), (w, epoch)
+    (pin,) = [r for r in rows if r["pin"]]
+    if res.results[0]["accelerator"]:
+        assert pin["pinned"]
+    else:  # torch 2.13 without an accelerator: a warning, and nothing pinned
+        assert not pin["pinned"] and any("pin_memory" in w for w in pin["pin_warnings"])
+    assert not any(r["pin_warnings"] for r in rows if not r["pin"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SLOW)
+def test_ddp_tuning_matches_reference_and_measures(no_leftovers):
+    # 3 layers of 256x256 (257 KiB with the bias). DDP closes a bucket once it *exceeds* the cap,
+    # so 0.2 MB buckets hold one layer each and 25 MB holds all three.
+    cfg = TuningConfig(caps_mb=(0.2, 25.0), width=256, layers=3, batch=8, steps=2)
+    res = disttutor.launch("ddp_tuning", 2, cfg, stream=False, timeout=300)
+    for rep in res.results:
+        small, big = rep["rows"]
+        assert small["buckets"] == 3 and big["buckets"] == 1, rep["rows"]
+        assert sum(small["bucket_bytes"]) == sum(big["bucket_bytes"]) == 3 * (256 * 256 + 256) * 4
+        # Bucketing changes the order of fp32 sums only: ~1e-7 relative on gradients of O(1e-2).
+        assert all(r["max_err"] < 1e-5 for r in rep["rows"])
+        assert all(r["ddp_ms"] > 0 and r["bwd_ms"] > 0 and r["comm_ms"] > 0 for r in rep["rows"])
+        off, on = rep["bucket_view"]
+        assert (off["flag"], on["flag"]) == (False, True)
+        assert on["grads_in_buckets"] == on["params"] == 6 and off["grads_in_buckets"] == 0
+        assert off["held_bytes"] - on["held_bytes"] == on["grad_bytes"]  # one copy of the gradients saved
+        with_sg = next(v for v in rep["static_graph"] if v["flag"])
+        assert with_sg["max_err"] < 1e-5, with_sg  # static_graph: the single-process gradients
 
 
 @pytest.mark.slow

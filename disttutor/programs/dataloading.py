@@ -11,12 +11,16 @@ Workers are processes: ``ranks x (1 + num_workers)`` processes share the machine
 cores. On 2 cores with 2 ranks, a worker can only help while a rank's main process
 would otherwise wait::
 
-    disttutor run dataloading -n 2 -- --workers 0 1 2
+    disttutor run dataloading -n 2 -- --workers 0 1 2 --base-workers 1 --prefetch-sweep 1 4
+
+``pin_memory`` is measured too: it only helps copies to a GPU. Without one, torch 2.13 warns
+and does not pin; each row reports whether its batches were pinned and what torch said.
 """
 from __future__ import annotations
 
 import os
 import time
+import warnings
 import zlib
 from dataclasses import dataclass
 
@@ -59,44 +63,83 @@ class LoadConfig:
     epochs: int = opt(2, "epochs per setting (persistent workers matter from epoch 2)")
     persistent: bool = opt(True, "persistent_workers (for num_workers > 0)")
     prefetch: int = opt(2, "prefetch_factor (for num_workers > 0)")
+    variants: bool = opt(True, "also measure, at --base-workers, persistent_workers flipped, "
+                               "each --prefetch-sweep value and pin_memory=True")
+    base_workers: int = opt(1, "num_workers for the variants")
+    prefetch_sweep: tuple[int, ...] = opt((1, 4), "prefetch_factor values for the variants")
 
     def __post_init__(self):
-        require_positive(self, "samples", "side", "batch", "epochs", "prefetch")
+        require_positive(self, "samples", "side", "batch", "epochs", "prefetch", "base_workers")
         if not self.workers or any(isinstance(w, bool) or w < 0 for w in self.workers):
             raise ValueError(f"workers must be one or more integers >= 0, got {self.workers}")
+        if any(isinstance(p, bool) or p < 1 for p in self.prefetch_sweep):
+            raise ValueError(f"prefetch_sweep values must be integers >= 1, got {self.prefetch_sweep}")
 
 
-def loader(ds: Dataset, sampler, cfg: LoadConfig, workers: int, pin: bool) -> DataLoader:
+@dataclass(frozen=True)
+class Setting:
+    workers: int
+    persistent: bool
+    prefetch: int
+    pin: bool
+    label: str
+
+
+def settings(cfg: LoadConfig) -> list[Setting]:
+    """The num_workers sweep (pin_memory off), then one option changed at a time at ``base_workers``."""
+    out = [Setting(w, cfg.persistent, cfg.prefetch, False, f"workers={w}") for w in cfg.workers]
+    if cfg.variants:
+        w = cfg.base_workers
+        out.append(Setting(w, not cfg.persistent, cfg.prefetch, False, f"w={w} persistent={not cfg.persistent}"))
+        out += [Setting(w, cfg.persistent, p, False, f"w={w} prefetch={p}") for p in cfg.prefetch_sweep
+                if p != cfg.prefetch]
+        out.append(Setting(w, cfg.persistent, cfg.prefetch, True, f"w={w} pin_memory"))
+    return out
+
+
+def loader(ds: Dataset, sampler, cfg: LoadConfig, s: Setting) -> DataLoader:
     extra = {}
-    if workers > 0:
+    if s.workers > 0:
         # These two options are errors with num_workers=0 (ValueError): pass them only with workers.
-        extra = dict(persistent_workers=cfg.persistent, prefetch_factor=cfg.prefetch)
-    return DataLoader(ds, batch_size=cfg.batch, sampler=sampler, num_workers=workers, pin_memory=pin, **extra)
+        extra = dict(persistent_workers=s.persistent, prefetch_factor=s.prefetch)
+    return DataLoader(ds, batch_size=cfg.batch, sampler=sampler, num_workers=s.workers, pin_memory=s.pin, **extra)
+
+
+def measure(ds: Dataset, sampler, cfg: LoadConfig, s: Setting, device: torch.device) -> dict:
+    seen, epoch_s, pinned = [], [], []
+    with warnings.catch_warnings(record=True) as caught:
+        # pin_memory without an accelerator: torch says so with a warning (and does not pin):
+        # recorded here, so the notebook reports what torch did instead of guessing.
+        warnings.simplefilter("always")
+        dl = loader(ds, sampler, cfg, s)
+        for epoch in range(cfg.epochs):
+            sampler.set_epoch(epoch)
+            t0 = time.perf_counter()
+            order = []
+            for img, idx in dl:
+                pinned.append(img.is_pinned())
+                img = img.to(device, non_blocking=s.pin)  # async only from pinned memory to a GPU
+                order += idx.tolist()
+            epoch_s.append(time.perf_counter() - t0)
+            seen.append(order)
+        del dl  # shuts persistent workers down before the next setting starts its own
+    notes = sorted({str(w.message).split("\n")[0] for w in caught if "pin" in str(w.message)})
+    return dict(label=s.label, workers=s.workers, persistent=s.persistent, prefetch=s.prefetch, pin=s.pin,
+                items_per_s=[len(o) / t for o, t in zip(seen, epoch_s)], epoch_s=epoch_s, seen=seen,
+                pinned=all(pinned), pin_warnings=notes)
 
 
 def run(cfg: LoadConfig) -> None:
     with runtime.setup() as ctx:
         ds = DecodeDataset(cfg.samples, cfg.side)
         sampler = DistributedSampler(ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=0)
-        pin = ctx.device.type == "cuda"  # pinned host memory only speeds up copies to a GPU
+        todo = settings(cfg)
         rows = []
-        for w in cfg.workers:
-            dl = loader(ds, sampler, cfg, w, pin)
-            seen, epoch_s = [], []
-            for epoch in range(cfg.epochs):
-                sampler.set_epoch(epoch)
-                t0 = time.perf_counter()
-                order = []
-                for img, idx in dl:
-                    img = img.to(ctx.device, non_blocking=pin)
-                    order += idx.tolist()
-                epoch_s.append(time.perf_counter() - t0)
-                seen.append(order)
-            del dl  # shuts persistent workers down before the next setting starts its own
-            rows.append(dict(workers=w, items_per_s=[len(o) / s for o, s in zip(seen, epoch_s)],
-                             epoch_s=epoch_s, seen=seen))
-            runtime.progress(len(rows), len(cfg.workers), desc="data loading", workers=w)
-        runtime.report(rows=rows, cores=os.cpu_count(), pin_memory=pin, per_rank=len(sampler))
+        for s in todo:
+            rows.append(measure(ds, sampler, cfg, s, ctx.device))
+            runtime.progress(len(rows), len(todo), desc="data loading", workers=s.workers)
+        runtime.report(rows=rows, cores=os.cpu_count(), accelerator=torch.cuda.is_available(),
+                       per_rank=len(sampler))
 
 
 main = cli(LoadConfig, run)

@@ -55,14 +55,40 @@ def plot_bytes(rows: list[dict], ax=None):
 
 
 def plot_loading(rows: list[dict], nproc: int, cores: int, ax=None):
-    """Items per second (summed over ranks, per epoch) vs num_workers; processes vs cores in the labels."""
-    ax = ax or plt.subplots(figsize=(6, 3))[1]
-    for e in range(len(rows[0]["items_per_s"])):
-        ax.plot([r["workers"] for r in rows], [nproc * r["items_per_s"][e] for r in rows], marker="o",
-                label=f"epoch {e + 1}")
-    ax.set_xticks([r["workers"] for r in rows],
-                  [f"{r['workers']}\n({nproc * (1 + r['workers'])} procs / {cores} cores)" for r in rows])
-    ax.set_xlabel("num_workers per rank")
+    """Items per second (all ranks) per epoch for every loader setting; processes vs cores in the labels."""
+    ax = ax or plt.subplots(figsize=(10, 3.2))[1]
+    n_ep, width = len(rows[0]["items_per_s"]), 0.8 / len(rows[0]["items_per_s"])
+    for e in range(n_ep):
+        ax.bar([i + (e - (n_ep - 1) / 2) * width for i in range(len(rows))],
+               [nproc * r["items_per_s"][e] for r in rows], width, label=f"epoch {e + 1}")
+    ax.set_xticks(range(len(rows)), [f"{r['label']}\n{nproc * (1 + r['workers'])} procs / {cores} cores"
+                                     for r in rows], fontsize=7)
     ax.set_ylabel("items / s (all ranks)")
+    ax.set_title("DataLoader settings, measured (one option changed at a time after the num_workers sweep)")
     ax.legend()
     return ax
+
+
+def plot_buckets(rows: list[dict], axes=None):
+    """bucket_cap_mb sweep: backward with DDP vs backward alone + all-reduces alone (left); buckets (right)."""
+    if axes is None:
+        axes = plt.subplots(1, 2, figsize=(11, 3.2))[1]
+    ax1, ax2 = axes
+    xs = range(len(rows))
+    labels = [f"{r['cap_mb']:g} MB\n{r['buckets']} bucket{'s' * (r['buckets'] != 1)}" for r in rows]
+    ax1.bar([x - 0.2 for x in xs], [r["ddp_ms"] for r in rows], 0.4, label="backward under DDP (all-reduces in flight)")
+    ax1.bar([x + 0.2 for x in xs], [r["bwd_ms"] for r in rows], 0.4, label="backward alone (no_sync)")
+    ax1.bar([x + 0.2 for x in xs], [r["comm_ms"] for r in rows], 0.4, bottom=[r["bwd_ms"] for r in rows],
+            label="+ the same all-reduces alone")
+    ax1.set_xticks(list(xs), labels)
+    ax1.set_ylabel("ms per step (median)")
+    ax1.set_title("overlap = left bar shorter than right stack")
+    top = max(max(r["ddp_ms"], r["bwd_ms"] + r["comm_ms"]) for r in rows)
+    ax1.set_ylim(0, 1.5 * top)  # head room: the legend sits above the bars, not on them
+    ax1.legend(fontsize=7, loc="upper center", ncol=1)
+    ax2.bar(list(xs), [r["hidden_ms"] for r in rows], color=["C2" if r["hidden_ms"] > 0 else "C3" for r in rows])
+    ax2.axhline(0, color="k", lw=0.8)
+    ax2.set_xticks(list(xs), labels)
+    ax2.set_ylabel("ms of communication hidden\n(negative: DDP cost extra)")
+    ax2.set_title("hidden = backward + all-reduces - DDP backward")
+    return axes
