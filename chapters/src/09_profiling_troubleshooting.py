@@ -4,10 +4,13 @@
 # *Article §9: 性能分析与调试. Its §9.1 shows a `torch.profiler` snippet; its §9.2 「常见问题与解决方案」
 # is an empty heading.*
 #
-# This chapter is the course's answer to §9.2: **twenty failure modes, each reproduced live** on CPU
+# The chapter's main part is the course's answer to §9.2: **twenty failure modes, each reproduced live** on CPU
 # ranks in this notebook — the real error text (or misbehaviour), its cause, the tool that diagnoses
 # it, the fix, and the fixed run — plus a diagnosis you can use on your own jobs: **where is my job
 # stuck?** Every reproduction is bounded by a few seconds of collective timeout; no cell can hang.
+#
+# At the end, §9.1: the profiler on every rank, a compute-vs-communication timeline per rank, and a
+# straggler to find from the traces (Exercise 9.1).
 #
 # Start at the index: find your error text there, jump to its entry.
 
@@ -133,18 +136,89 @@ assert lines[0].startswith("rank 0: waiting in all_reduce()") and lines[1].start
 # Rank 0 waits in `all_reduce`; rank 1 is in **no** collective, at the line of `hello.py` where it
 # went its own way. That is the answer to "who is stuck": not the rank that timed out, but the one
 # that is somewhere else.
+
+# %% [markdown]
+# ## Profiling every rank (article §9.1)
 #
-# ## Profiling (article §9.1)
+# The article's profiler snippet, on every rank of a small DDP run: `disttutor/programs/profile_ddp.py`
+# wraps the loop in `torch.profiler.profile` with the article's schedule (skip 1 step, warm up 1, record
+# 3), marks our own `record_function` regions (`forward`, `backward`, `optimizer`) and exports **one
+# Chrome trace per rank** into the run directory (`trace_rank{r}.json`; open it in
+# https://ui.perfetto.dev or `chrome://tracing`). CPU only here, so no `ProfilerActivity.CUDA`.
 #
-# Not in this version of the chapter: the per-rank `torch.profiler` traces, their timeline and the
-# straggler exercise are still to come. What was checked here: `torch.profiler.tensorboard_trace_handler`,
-# the article's `on_trace_ready`, still exists in this PyTorch:
+# Rank 1 is made a **straggler**: it sleeps 40 ms in each forward (think: a slow data loader).
+
+# %%
+import matplotlib.pyplot as plt
+
+from disttutor import traces
+from disttutor.programs.profile_ddp import ProfileConfig
+from disttutor.viz import profiling as viz
+
+prof_dir = tempfile.mkdtemp(prefix="disttutor-run-")
+prof = disttutor.launch("profile_ddp", 2, ProfileConfig(slow_rank=1), run_dir=prof_dir, stream=False, timeout=240)
+print(prof.summary())
+print(sorted(f for f in os.listdir(prof_dir) if f.startswith("trace_")))
+tr = traces.load(prof_dir)
+viz.plot_timeline(tr)
+plt.show()
+
+# %% [markdown]
+# Blue: forward, orange: backward, green: optimizer (the main thread); red, thinner: gloo's all-reduce
+# in its own thread. The straggler's **forward** is long; the other rank's **backward** is long —
+# it waits there for the straggler's gradients. The totals, and each rank's top operators and
+# peak memory as the profiler saw it (`profile_memory=True`, CPU allocator):
+
+# %%
+tot = {r: traces.totals(ev) for r, ev in tr.items()}
+for r in sorted(tot):
+    res = prof.results[r]
+    print(f"rank {r}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in sorted(tot[r].items()))
+          + f"; peak memory {res['peak_bytes'] / 1024:.0f} KiB")
+    print("   top ops (self CPU ms): " + ", ".join(f"{o['name']} {o['self_ms']:.1f}" for o in res["top_ops"][:4]))
+assert tot[1]["forward"] > tot[0]["forward"] + 3 * 40 * 0.9  # 3 profiled steps x 40 ms of sleep (sleep never ends early)
+assert tot[0]["backward"] > tot[1]["backward"]                # the fast rank waits inside backward
+
+# %% [markdown]
+# **TensorBoard.** The article exports with `torch.profiler.tensorboard_trace_handler('./log')`. That
+# handler still exists in this PyTorch (checked below); it writes the same Chrome-trace JSON, for the
+# separate `torch-tb-profiler` TensorBoard plugin, whose status we did not check here. You need
+# neither: `prof.export_chrome_trace(path)` (what we used) opens directly in Perfetto. Holistic
+# Trace Analysis (a library for multi-rank traces) was not tried in this chapter.
 
 # %%
 import torch
 
-print(torch.__version__, hasattr(torch.profiler, "tensorboard_trace_handler"))
+print(torch.__version__, "tensorboard_trace_handler:", callable(torch.profiler.tensorboard_trace_handler))
 assert callable(torch.profiler.tensorboard_trace_handler)
+
+# %% [markdown]
+# ### Exercise 9.1 — find the straggler
+#
+# The checker profiles **3 ranks**, one of them slow, chosen **at random** during the run (the
+# program writes its choice into the run directory; your function only gets the traces). Write
+# `find_straggler(traces)`: `traces` is `{rank: list of Chrome-trace events}` (dicts with `name`,
+# `cat`, `ph`, `ts`, `dur` in microseconds), as `disttutor.traces.load` returns. Return the slow rank.
+# Careful: the rank with the longest *backward* is not it. `disttutor.checks.hint("9.1")` helps.
+
+# %%
+def find_straggler(traces):
+    """The rank whose own work is slowest (traces: {rank: [events]})."""
+    raise NotImplementedError("Exercise 9.1: find the slow rank from the traces")
+
+
+# %%
+from disttutor.checks.profiling import check_straggler
+
+check_straggler(find_straggler)
+
+# %% [markdown]
+# The reference solution, checked the same way:
+
+# %%
+res91 = check_straggler("solutions/ex9_1_find_straggler.py")
+print(res91)
+assert res91.passed
 
 # %% [markdown]
 # ## What this chapter measured
