@@ -76,14 +76,33 @@ class RankStack:
         return f"rank {self.rank}: in no collective -- at {where}"
 
 
-def dump(pid: int) -> list[tuple[str, str, int]]:
-    """The main thread's Python frames of ``pid``, innermost first."""
+def dump(pid: int, tries: int = 3) -> list[tuple[str, str, int]]:
+    """The main thread's Python frames of ``pid``, innermost first.
+
+    py-spy reads another process's memory while it runs; now and then a read comes back empty
+    or fails ("Failed to find python version"), seen on a loaded machine: try again a few times.
+    """
+    for attempt in range(tries):
+        try:
+            frames = _dump_once(pid)
+            if frames:
+                return frames
+            problem = "py-spy found no Python frames"
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            problem = str(e)
+        time.sleep(0.5)
+    raise RuntimeError(problem)
+
+
+def _dump_once(pid: int) -> list[tuple[str, str, int]]:
+    env = {k: v for k, v in os.environ.items() if "COLOR" not in k}  # plain text, whatever a kernel sets
     p = subprocess.run([py_spy(), "dump", "--pid", str(pid)], capture_output=True, text=True,
-                       timeout=DUMP_TIMEOUT_S)
+                       timeout=DUMP_TIMEOUT_S, env=env)
     if p.returncode != 0:
-        raise RuntimeError((p.stderr.strip().splitlines() or [f"py-spy exit code {p.returncode}"])[-1])
+        err = [ln for ln in p.stderr.splitlines() if ln.startswith("Error")] or [f"py-spy exit code {p.returncode}"]
+        raise RuntimeError(err[0])
     frames, in_main = [], False
-    for ln in p.stdout.splitlines():
+    for ln in re.sub(r"\x1b\[[0-9;]*m", "", p.stdout).splitlines():
         if ln.startswith("Thread "):
             if frames:  # the first thread listed is the main one; that is where the program waits
                 break

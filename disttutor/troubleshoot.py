@@ -142,14 +142,6 @@ def index_markdown() -> str:
     return "\n".join(rows)
 
 
-def entry_markdown(key: str, shown: dict | None = None) -> str:
-    """One entry: symptom (as reproduced), cause, tool, fix, fixed run."""
-    m = BY_KEY[key]
-    out = [f"<a id='{m.key}'></a>**{m.title}**", "", f"- cause: {m.cause}", f"- tool: {m.tool}",
-           f"- fix: {m.fix}"]
-    return "\n".join(out)
-
-
 @dataclass
 class Repro:
     key: str
@@ -165,7 +157,7 @@ def _pick(per_rank: list[dict]) -> dict:
     return (errs or per_rank)[0]
 
 
-def reproduce_group(keys: list[str], nproc: int = 2, wait: float = 3.0, stream: bool = False):
+def reproduce_group(keys: list[str], nproc: int = 2, wait: int = 3, stream: bool = False):
     """All ``keys`` in one torchrun job; returns ``({key: Repro}, RunResult)``."""
     from .launch import launch
 

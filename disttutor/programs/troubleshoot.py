@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from disttutor import runtime
+from disttutor.config import require_positive
 from disttutor.options import cli, opt
 from disttutor.repro_group import MODES, new_group
 from disttutor.results import readable_error
@@ -32,11 +33,10 @@ _NOISE = re.compile(r",? ?TensorDeviceTypes=TensorOptions\([^()]*(\([^()]*\)[^()
 @dataclass(frozen=True)
 class TroubleshootConfig:
     modes: tuple[str, ...] = opt(tuple(MODES), "failure modes to reproduce, in this order")
-    wait: float = opt(3.0, "seconds a collective of a reproduction may wait (its group's timeout)")
+    wait: int = opt(3, "seconds a collective of a reproduction may wait (its group's timeout)")
 
     def __post_init__(self):
-        if not self.wait > 0:
-            raise ValueError(f"wait must be > 0 seconds, got {self.wait!r}")
+        require_positive(self, "wait")
         unknown = [m for m in self.modes if m not in MODES]
         if unknown:
             raise ValueError(f"unknown mode(s) {unknown}; modes are {', '.join(MODES)}")
