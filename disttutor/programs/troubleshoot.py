@@ -51,7 +51,8 @@ def _attempt(name: str, wait: float, fixed: bool) -> str:
         return MODES[name](new_group(wait), dist.get_rank(), dist.get_world_size(), fixed)
     except Exception as exc:  # the failure IS the lesson: keep its text, go on with the next mode
         text = _NOISE.sub("", f"{type(exc).__name__}: {exc}")
-        return readable_error(text, width=400) or ""
+        # one line: load_state_dict puts the missing/unexpected keys on the lines below its header
+        return readable_error(" ".join(text.split()), width=400) or ""
 
 
 def run(cfg: TroubleshootConfig) -> None:
