@@ -100,6 +100,12 @@ EXERCISES: tuple[Exercise, ...] = (
              "disttutor.checks.perf:check_compress_hook", "solutions/ex8_2_compress_hook.py",
              ("divide by the world size, convert to fp16, dist.all_reduce(t, async_op=True).get_future()",
               "fut.then(fn): copy fut.value()[0] back into bucket.buffer() and return the buffer")),
+    Exercise("9.1", 9, "find the straggler from the profiler's traces", "find_straggler",
+             "disttutor.checks.profiling:check_straggler", "solutions/ex9_1_find_straggler.py",
+             ("Every rank waits for the slowest one inside DDP's all-reduce: the rank with the LONGEST backward "
+              "is a rank that waited, not the straggler.",
+              "Sum the durations of the 'forward' user_annotation events of each rank; the largest is the "
+              "straggler (its own work took longest before any communication).")),
 )
 
 

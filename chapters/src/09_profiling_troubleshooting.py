@@ -1,0 +1,233 @@
+# %% [markdown]
+# # Chapter 9 — Troubleshooting every rank (and where profiling stands)
+#
+# *Article §9: 性能分析与调试. Its §9.1 shows a `torch.profiler` snippet; its §9.2 「常见问题与解决方案」
+# is an empty heading.*
+#
+# The chapter's main part is the course's answer to §9.2: **twenty failure modes, each reproduced live** on CPU
+# ranks in this notebook — the real error text (or misbehaviour), its cause, the tool that diagnoses
+# it, the fix, and the fixed run — plus a diagnosis you can use on your own jobs: **where is my job
+# stuck?** Every reproduction is bounded by a few seconds of collective timeout; no cell can hang.
+#
+# At the end, §9.1: the profiler on every rank, a compute-vs-communication timeline per rank, and a
+# straggler to find from the traces (Exercise 9.1).
+#
+# Start at the index: find your error text there, jump to its entry.
+
+# %% tags=["chapter-header"]
+import disttutor.chapters
+
+disttutor.chapters.header(9)
+
+# %%
+import os
+import tempfile
+
+from IPython.display import Markdown, display
+
+import disttutor
+from disttutor import diagnose, troubleshoot
+
+LOAD = os.getloadavg()[0]  # wall times below depend on how busy the machine is: we keep this beside them
+print(f"load average now: {LOAD:.1f} (on {os.cpu_count()} CPU cores)")
+
+# %% [markdown]
+# ## The index: error text → entry
+#
+# Generated from the one table in `disttutor/troubleshoot.py`. The middle column is a regular
+# expression over the text each reproduction below *really printed* (a test re-runs them all and
+# checks this, so the index stays true when PyTorch rewords an error).
+
+# %%
+display(Markdown(troubleshoot.index_markdown()))
+
+# %% [markdown]
+# **Paste your error**: `troubleshoot.lookup(text)` searches the same table.
+
+# %% tags=["nbval-check-output"]
+pasted = """[rank0]: RuntimeError: Expected to have finished reduction in the prior iteration before starting
+a new one. This error indicates that your module has parameters that were not used in producing loss."""
+for m in troubleshoot.lookup(pasted):
+    print(f"{m.title} -> fix: {m.fix}")
+assert [m.key for m in troubleshoot.lookup(pasted)] == ["unused_parameters"]
+
+# %% [markdown]
+# ## Reproducing them: one subprocess, one launch
+#
+# Starting torchrun costs seconds, so the failure modes that need ranks run **one after another in
+# one job** (`disttutor/programs/troubleshoot.py`): each mode gets a fresh process group
+# (`dist.new_group`, milliseconds) with a **3 s** timeout, so a mode that hangs on purpose waits 3 s
+# and breaks only its own group. A barrier on the default group lines the ranks up between modes.
+# The modes that need no torchrun (environment, ports, samplers, `mp.spawn`) run in one plain Python
+# subprocess (`disttutor/repro_local.py`), never in this kernel.
+
+# %%
+local = troubleshoot.reproduce_local([m.key for m in troubleshoot.MODES if m.where == "local"])
+group, res = troubleshoot.reproduce_group([m.key for m in troubleshoot.MODES if m.where == "group"])
+print(res.summary())
+repros = {**local, **group}
+assert res.ok and troubleshoot.mismatches(repros) == []
+print(f"{len(repros)} failure modes reproduced; the job took {res.wall_s:.0f} s (load {os.getloadavg()[0]:.1f})")
+
+# %% [markdown]
+# ## The entries
+#
+# For each: **you see** (the reproduction's real text, from the rank that said the most), the cause,
+# the tool, the fix, and what **the fixed run** printed. Times: the wrong run plus the fixed run,
+# on this machine, now.
+
+# %%
+def entry(m, r):
+    lines = [f"### <a id='{m.key}'></a>{m.title}", ""]
+    if r is None:
+        lines += [f"Shown in {m.where}."]
+    else:
+        lines += [f"- **you see**: `{r.symptom}`"]
+        if r.detail:
+            lines += [f"- **with `TORCH_DISTRIBUTED_DEBUG=DETAIL`**: `{r.detail}`"]
+    lines += [f"- **cause**: {m.cause}", f"- **tool**: {m.tool}", f"- **fix**: {m.fix}"]
+    if r is not None:
+        lines += [f"- **fixed run**: `{r.fixed}` ({r.wall_s:.1f} s for both runs)"]
+    return "\n".join(lines)
+
+
+display(Markdown("\n\n".join(entry(m, repros.get(m.key)) for m in troubleshoot.MODES)))
+
+# %% [markdown]
+# Three things the reproductions show that are easy to get wrong:
+#
+# * A **mismatched** collective (all-reduce on one rank, broadcast on the other) and a **rank-dependent
+#   shape** do not always fail: depending on who waits for whom, one rank times out while another
+#   *finishes with a wrong answer*. `TORCH_DISTRIBUTED_DEBUG=DETAIL` turns both into an immediate
+#   error that names the operation and shapes of each rank.
+# * A **skipped** collective and **uneven inputs** show only a timeout on the rank that waited; the
+#   rank that caused it looks fine. The next section finds it.
+# * `different_seeds`, `no_sampler`, `rank_local_loss`, `sampler_padding`, `set_epoch` and
+#   `accumulation_without_no_sync` raise **no error at all**: the training runs and is wrong or slow.
+
+# %%
+print(repros["mismatched_collective"].detail)
+assert "OpType=BROADCAST" in repros["mismatched_collective"].detail
+assert "Tensor shapes" in repros["rank_dependent_shape"].detail
+
+# %% [markdown]
+# ## Where is my job stuck?
+#
+# A hung job shows nothing: every rank waits. `disttutor.diagnose` reads **the Python stack of every
+# rank** from outside with `py-spy dump` (no change to your program, no stopping it) and says which
+# collective each rank waits in. From a terminal, on any job the course launched:
+# `python -m disttutor.diagnose RUN_DIR`; from a notebook, a watcher thread dumps the stacks once the
+# ranks have run a few seconds, while the launch is still waiting.
+#
+# Here: chapter 0's `hello` with `skip_rank=1` — rank 1 never calls the all-reduce.
+
+# %%
+run_dir = tempfile.mkdtemp(prefix="disttutor-run-")
+watch = diagnose.watch(run_dir, world=2, after_s=2)
+hung = disttutor.launch("hello", 2, {"skip_rank": 1}, run_dir=run_dir, check=False, stream=False,
+                        timeout=120, collective_timeout=15)
+report = watch.report()
+print(report)
+print(hung.summary())
+lines = report.splitlines()
+assert lines[0].startswith("rank 0: waiting in all_reduce()") and lines[1].startswith("rank 1: in no collective")
+
+# %% [markdown]
+# Rank 0 waits in `all_reduce`; rank 1 is in **no** collective, at the line of `hello.py` where it
+# went its own way. That is the answer to "who is stuck": not the rank that timed out, but the one
+# that is somewhere else.
+
+# %% [markdown]
+# ## Profiling every rank (article §9.1)
+#
+# The article's profiler snippet, on every rank of a small DDP run: `disttutor/programs/profile_ddp.py`
+# wraps the loop in `torch.profiler.profile` with the article's schedule (skip 1 step, warm up 1, record
+# 3), marks our own `record_function` regions (`forward`, `backward`, `optimizer`) and exports **one
+# Chrome trace per rank** into the run directory (`trace_rank{r}.json`; open it in
+# https://ui.perfetto.dev or `chrome://tracing`). CPU only here, so no `ProfilerActivity.CUDA`.
+#
+# Rank 1 is made a **straggler**: it sleeps 40 ms in each forward (think: a slow data loader).
+
+# %%
+import matplotlib.pyplot as plt
+
+from disttutor import traces
+from disttutor.programs.profile_ddp import ProfileConfig
+from disttutor.viz import profiling as viz
+
+prof_dir = tempfile.mkdtemp(prefix="disttutor-run-")
+prof = disttutor.launch("profile_ddp", 2, ProfileConfig(slow_rank=1), run_dir=prof_dir, stream=False, timeout=240)
+print(prof.summary())
+print(sorted(f for f in os.listdir(prof_dir) if f.startswith("trace_")))
+tr = traces.load(prof_dir)
+viz.plot_timeline(tr)
+plt.show()
+
+# %% [markdown]
+# Blue: forward, orange: backward, green: optimizer (the main thread); red, thinner: gloo's all-reduce
+# in its own thread. The straggler's **forward** is long; the other rank's **backward** is long —
+# it waits there for the straggler's gradients. The totals, and each rank's top operators and
+# peak memory as the profiler saw it (`profile_memory=True`, CPU allocator):
+
+# %%
+tot = {r: traces.totals(ev) for r, ev in tr.items()}
+for r in sorted(tot):
+    res = prof.results[r]
+    print(f"rank {r}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in sorted(tot[r].items()))
+          + f"; peak memory {res['peak_bytes'] / 1024:.0f} KiB")
+    print("   top ops (self CPU ms): " + ", ".join(f"{o['name']} {o['self_ms']:.1f}" for o in res["top_ops"][:4]))
+assert tot[1]["forward"] > tot[0]["forward"] + 3 * 40 * 0.9  # 3 profiled steps x 40 ms of sleep (sleep never ends early)
+assert tot[0]["backward"] > tot[1]["backward"]                # the fast rank waits inside backward
+
+# %% [markdown]
+# **TensorBoard.** The article exports with `torch.profiler.tensorboard_trace_handler('./log')`. That
+# handler still exists in this PyTorch (checked below); it writes the same Chrome-trace JSON, for the
+# separate `torch-tb-profiler` TensorBoard plugin, whose status we did not check here. You need
+# neither: `prof.export_chrome_trace(path)` (what we used) opens directly in Perfetto. Holistic
+# Trace Analysis (a library for multi-rank traces) was not tried in this chapter.
+
+# %%
+import torch
+
+print(torch.__version__, "tensorboard_trace_handler:", callable(torch.profiler.tensorboard_trace_handler))
+assert callable(torch.profiler.tensorboard_trace_handler)
+
+# %% [markdown]
+# ### Exercise 9.1 — find the straggler
+#
+# The checker profiles **3 ranks**, one of them slow, chosen **at random** during the run (the
+# program writes its choice into the run directory; your function only gets the traces). Write
+# `find_straggler(traces)`: `traces` is `{rank: list of Chrome-trace events}` (dicts with `name`,
+# `cat`, `ph`, `ts`, `dur` in microseconds), as `disttutor.traces.load` returns. Return the slow rank.
+# Careful: the rank with the longest *backward* is not it. `disttutor.checks.hint("9.1")` helps.
+
+# %%
+def find_straggler(traces):
+    """The rank whose own work is slowest (traces: {rank: [events]})."""
+    raise NotImplementedError("Exercise 9.1: find the slow rank from the traces")
+
+
+# %%
+from disttutor.checks.profiling import check_straggler
+
+check_straggler(find_straggler)
+
+# %% [markdown]
+# The reference solution, checked the same way:
+
+# %%
+res91 = check_straggler("solutions/ex9_1_find_straggler.py")
+print(res91)
+assert res91.passed
+
+# %% [markdown]
+# ## What this chapter measured
+
+# %%
+for m in troubleshoot.MODES:
+    r = repros.get(m.key)
+    print(f"{m.key:30} {'%5.1f s' % r.wall_s if r else '(ch. 5)':>8}  {(r.symptom if r else '')[:70]}")
+print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
+
+# %%
+disttutor.chapters.glossary(9)

@@ -1,0 +1,66 @@
+"""Chapter 9: every failure mode's reproduction really shows the symptom its index entry promises,
+and the diagnosis names where each rank of a hung job is (tests compare real output with the table)."""
+from __future__ import annotations
+
+import re
+import tempfile
+
+import pytest
+
+from disttutor import diagnose, troubleshoot
+from disttutor.repro_group import MODES as GROUP_MODES
+from disttutor.repro_local import MODES as LOCAL_MODES
+
+
+def test_table_is_consistent_with_the_reproductions():
+    keys = [m.key for m in troubleshoot.MODES]
+    assert len(keys) == len(set(keys)) and len(keys) >= 15
+    assert {m.key for m in troubleshoot.MODES if m.where == "group"} == set(GROUP_MODES)
+    assert {m.key for m in troubleshoot.MODES if m.where == "local"} == set(LOCAL_MODES)
+    index = troubleshoot.index_markdown()
+    assert all(f"(#{k})" in index for k in keys)
+    with pytest.raises(ValueError, match="where must be"):
+        troubleshoot.FailureMode("x", "x", "cluster", "x", "", "", "")
+
+
+def test_lookup_finds_the_entry_from_a_pasted_error():
+    pasted = ("[rank0]: RuntimeError: Expected to have finished reduction in the prior iteration before "
+              "starting a new one. This error indicates that your module has parameters")
+    assert [m.key for m in troubleshoot.lookup(pasted)] == ["unused_parameters"]
+    assert troubleshoot.lookup("something else entirely") == []
+
+
+@pytest.fixture(scope="module")
+def repros():
+    # One subprocess and one launch for every mode (the same calls the notebook makes).
+    out, wall = troubleshoot.reproduce_all()
+    return out
+
+
+@pytest.mark.timeout(600)  # ~60 s idle; the 3 s group timeouts and spawned children stretch on a loaded box
+def test_every_reproduction_matches_its_symptom(repros, no_leftovers):
+    assert troubleshoot.mismatches(repros) == []
+    # and each fixed run really ran (no error text in it)
+    for k, r in repros.items():
+        assert r.fixed and not re.match(r"^\w+(Error|Exception)", r.fixed), (k, r.fixed)
+
+
+def test_detail_debug_names_the_mismatch(repros):
+    assert "OpType=BROADCAST" in repros["mismatched_collective"].detail
+    assert "Tensor shapes" in repros["rank_dependent_shape"].detail
+    assert "1 gradient all-reduce(s) per step" in repros["accumulation_without_no_sync"].fixed
+
+
+@pytest.mark.timeout(240)
+def test_diagnose_finds_the_rank_that_skipped_the_collective(no_leftovers):
+    from disttutor import launch
+    from disttutor.programs.hello import HelloConfig
+
+    run_dir = tempfile.mkdtemp(prefix="disttutor-run-")
+    w = diagnose.watch(run_dir, world=2, after_s=2)
+    res = launch("hello", 2, HelloConfig(skip_rank=1), run_dir=run_dir, check=False, stream=False,
+                 timeout=120, collective_timeout=15)
+    lines = w.report().splitlines()
+    assert not res.ok
+    assert lines[0].startswith("rank 0: waiting in all_reduce()"), lines
+    assert lines[1].startswith("rank 1: in no collective -- at run (hello.py:"), lines
