@@ -168,6 +168,10 @@ def load(path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
     if meta["world_size"] != world:
         raise ValueError(f"checkpoint {os.path.basename(path)} was written by {meta['world_size']} ranks, this job "
                          f"has {world}: the per-rank RNG states do not map onto it")
+    try:  # read the metadata once ourselves: DCP would bury a refusal in a multi-rank traceback
+        SafeReader(path).read_metadata()
+    except (pickle.UnpicklingError, OSError, EOFError) as e:
+        raise ValueError(f"checkpoint {os.path.basename(path)} cannot be loaded safely: {e}") from None
     # get_state_dict on a fresh optimiser builds its state tensors (zeros): DCP loads *into* them.
     msd, osd = get_state_dict(model, optimizer)
     tensors = {"model": msd, "optim": {"state": osd["state"]}}

@@ -73,18 +73,22 @@ def windows(ids: torch.Tensor, seq_len: int) -> torch.Tensor:
     return torch.stack([ids[i * seq_len: i * seq_len + seq_len + 1] for i in range(n)])
 
 
-def micro_batch(data: torch.Tensor, m: int, per_rank: int, rank: int, world_size: int, seed: int) -> torch.Tensor:
-    """Rank ``rank``'s windows of global micro-batch ``m`` (``per_rank`` of them).
+def micro_batch_indices(n: int, m: int, per_rank: int, rank: int, world_size: int, seed: int) -> list[int]:
+    """Which of ``n`` windows rank ``rank`` trains on in global micro-batch ``m`` (``per_rank`` of them).
 
     The sampler shuffles with ``seed + epoch`` (``set_epoch``), gives each rank every
     ``world_size``-th index, and ``drop_last`` keeps all ranks at the same number of steps.
     """
-    sampler = DistributedSampler(range(len(data)), num_replicas=world_size, rank=rank, shuffle=True,
+    sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True,
                                  seed=seed, drop_last=True)
     per_epoch = len(sampler) // per_rank
     if per_epoch < 1:
-        raise ValueError(f"{len(data)} windows cannot fill one micro-batch of {per_rank} per rank x {world_size} ranks")
+        raise ValueError(f"{n} windows cannot fill one micro-batch of {per_rank} per rank x {world_size} ranks")
     epoch, k = divmod(m, per_epoch)
     sampler.set_epoch(epoch)  # a new permutation every epoch, the same on every rank
-    idx = list(sampler)[k * per_rank:(k + 1) * per_rank]
-    return data[idx]
+    return list(sampler)[k * per_rank:(k + 1) * per_rank]
+
+
+def micro_batch(data: torch.Tensor, m: int, per_rank: int, rank: int, world_size: int, seed: int) -> torch.Tensor:
+    """Rank ``rank``'s windows of global micro-batch ``m``: ``(per_rank, seq_len + 1)`` token ids."""
+    return data[micro_batch_indices(len(data), m, per_rank, rank, world_size, seed)]

@@ -146,8 +146,13 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
             os.makedirs(cfg.ckpt_dir, exist_ok=True)
         dist.barrier()
         done = (resume or default_resume)(cfg.ckpt_dir, model, opt_, sched)
+        if isinstance(done, bool) or not isinstance(done, int) or not 0 <= done <= cfg.steps:
+            raise ValueError(f"resume() must return the number of steps already done (an int), got {done!r}")
         if done:
-            history = checkpoint.read_meta(checkpoint.path_for(cfg.ckpt_dir, done))["extra"]["history"]
+            path = checkpoint.path_for(cfg.ckpt_dir, done)
+            if not os.path.isdir(path):
+                raise ValueError(f"resume() returned {done}, but there is no checkpoint of step {done}")
+            history = checkpoint.read_meta(path)["extra"]["history"]
     resumed_from = done
     out: dict[str, Any] = {"attempt": attempt(), "resumed_from": resumed_from, "amp": prec.name if prec else "fp32",
                            "ddp_state_dict_key": next(iter(ddp.state_dict()))}
