@@ -47,7 +47,7 @@ class LMConfig:
     layers: int = opt(2, "Transformer layers")
     dropout: float = opt(0.1, "dropout (uses each rank's RNG: a resume must restore it)")
     lr: float = opt(3e-3, "peak AdamW learning rate")
-    warmup: int = opt(10, "linear warm-up steps, then cosine decay to 10%")
+    warmup: int = opt(10, "linear warm-up steps, then cosine decay to 10%%")
     weight_decay: float = opt(0.01, "AdamW weight decay")
     clip: float = opt(1.0, "gradient-norm clipping threshold")
     amp: Literal["auto", "on", "off"] = opt("auto", "autocast: auto = on for CUDA, off on CPU (measured: not faster)")
