@@ -51,7 +51,7 @@ _PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 _TORCH_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 
 _OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout", "env",
-            "threads", "stream", "check", "run_dir", "max_procs_override")
+            "threads", "stream", "check", "run_dir", "max_procs_override", "max_restarts")
 
 
 def max_procs() -> int:
@@ -153,14 +153,14 @@ def _validate(nproc: Any, nnodes: Any, backend: Any, timeout: Any, env: Any, thr
 
 
 def _torchrun_argv(target: list[str], argv: list[str], nproc: int, nnodes: int, node: int,
-                   port: int, run_id: str, log_dir: str) -> list[str]:
+                   port: int, run_id: str, log_dir: str, max_restarts: int = 0) -> list[str]:
     cmd = [sys.executable, "-m", "disttutor._torchrun",  # torchrun, stores on loopback only
            f"--nproc-per-node={nproc}", f"--nnodes={nnodes}",
            # c10d rendezvous on loopback: nothing listens on a public interface
            # for a one-machine job, and the OS-chosen port lets launches overlap.
            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
            "--local-addr=127.0.0.1",
-           "--max-restarts=0", "--monitor-interval=0.1",
+           f"--max-restarts={max_restarts}", "--monitor-interval=0.1",
            # --tee gives every worker line a "[defaultN]:" prefix we route by rank.
            "--tee=3", f"--log-dir={log_dir}"]
     if nnodes > 1:
@@ -178,7 +178,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
            nnodes: int = 1, backend: str | None = None, timeout: float = 120.0,
            collective_timeout: float | None = None, env: Mapping[str, str] | None = None,
            threads: int = 1, stream: bool = True, check: bool = True, run_dir: str | None = None,
-           max_procs_override: int | None = None, **unknown: Any) -> RunResult:
+           max_procs_override: int | None = None, max_restarts: int = 0, **unknown: Any) -> RunResult:
     """Run ``program`` on ``nproc`` ranks (x ``nnodes`` simulated nodes) under torchrun.
 
     program: a program of :mod:`disttutor.programs` (``"hello"``), a module
@@ -193,6 +193,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     threads: ``OMP_NUM_THREADS`` per rank (1 keeps CPU ranks from fighting over cores).
     stream: print each rank's lines, prefixed ``[rank r]``, while it runs.
     check: raise :class:`LaunchError` (naming ranks and their last lines) on failure.
+    max_restarts: torchrun's elastic restarts: after a rank fails, stop all ranks and start them
+        again (up to this many times; chapter 10 resumes from a checkpoint). 0: a failure ends the job.
 
     Returns a :class:`RunResult`: ``.ok``, ``.ranks[r].status``, ``.results[r]``,
     ``.logs[r]``, ``.wall_s``.
@@ -206,6 +208,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
         backend = default_backend()[0]
     gpus = gpus_env()
     _validate(nproc, nnodes, backend, timeout, env, threads, max_procs_override or max_procs(), gpus)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
     name, target = resolve_program(program)
     if target[0] == "-m":  # a disttutor program's options are checked before any process starts
         check_args(target[1], args)
@@ -238,7 +242,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     labels: dict[tuple[int, int], str] = {}
     try:
         for node in range(nnodes):
-            cmd = _torchrun_argv(target, argv, nproc, nnodes, node, port, run_id, os.path.join(run_dir, "logs"))
+            cmd = _torchrun_argv(target, argv, nproc, nnodes, node, port, run_id, os.path.join(run_dir, "logs"),
+                                 max_restarts)
             p = subprocess.Popen(
                 cmd, env={**child_env, contract.ENV_AGENT: str(node)}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,

@@ -213,6 +213,21 @@ def _explain(exc: BaseException, timeout_s: float) -> tuple[str, str]:
     return msg, blame
 
 
+def _restart_store(env: DistEnv, timeout_s: float) -> dict[str, Any]:
+    """After an elastic restart (chapter 10), a store namespace of this attempt's own.
+
+    torchrun keeps ONE store for every attempt of a job; without a prefix the new ranks read
+    the dead attempt's keys (gloo's peer addresses) and connect to ports nobody listens on.
+    """
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if not restart or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False,
+                          timeout=_dt.timedelta(seconds=timeout_s))
+    return {"store": dist.PrefixStore(f"disttutor/attempt{restart}/", store), "rank": env.rank,
+            "world_size": env.world_size}
+
+
 @contextlib.contextmanager
 def setup(backend: str | None = None, timeout_s: float | None = None, init_group: bool = True) -> Iterator[Context]:
     """Initialise the default process group for this rank; always tear it down.
@@ -243,6 +258,7 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
                 timeout=_dt.timedelta(seconds=timeout_s),
                 # NCCL binds the group to this device up front (no guessing later).
                 device_id=device if device.type == "cuda" else None,
+                **_restart_store(env, timeout_s),
             )
         yield ctx
         _write_report(ctx, "ok")

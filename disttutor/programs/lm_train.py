@@ -1,0 +1,42 @@
+"""Train chapter 10's language model with DDP, checkpoints and elastic restarts (article §10, §11.3).
+
+The loop is :func:`disttutor.lm_loop.train`; this program runs it on every rank and reports
+the loss curves, validation losses, throughput and generated text. Rank 0 also writes the final
+parameters to ``final_params.pt`` in the run directory (read back with ``weights_only=True``), so
+a notebook can compare two runs parameter by parameter::
+
+    disttutor run lm_train -n 2 -- --steps 60
+    disttutor run lm_train -n 2 -- --steps 24 --ckpt-dir /tmp/ck --ckpt-every 4 --fail-at-step 10
+        # needs torchrun --max-restarts=1 (launch(..., max_restarts=1)) to come back
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from disttutor import runtime
+from disttutor.lm_loop import LMConfig, train
+from disttutor.options import cli
+
+FINAL_PARAMS = "final_params.pt"
+
+
+def run(cfg: LMConfig) -> None:
+    with runtime.setup() as ctx:
+        if cfg.fail_rank >= ctx.world_size and cfg.fail_at_step >= 0:
+            raise ValueError(f"fail_rank {cfg.fail_rank} does not exist in a job of {ctx.world_size} ranks")
+        out = train(cfg, ctx)
+        params = out.pop("params")
+        if ctx.rank == 0 and runtime.run_dir():
+            path = os.path.join(runtime.run_dir(), FINAL_PARAMS)
+            torch.save(params, path + ".tmp")
+            os.replace(path + ".tmp", path)  # the notebook never reads half a file
+        runtime.report(**out)
+
+
+main = cli(LMConfig, run)
+
+
+if __name__ == "__main__":
+    main()
