@@ -89,10 +89,10 @@ plt.show()
 
 # %%
 for n, results in by_world.items():
-    for res in results:
+    for rank, res in enumerate(results):
         for name, s in res["strategies"].items():
             tol = BF16_RTOL if name.endswith("bf16") else FP32_RTOL  # why these: disttutor/checks/sharding.py
-            assert s["update_diff"] <= tol, (n, res["rank"], name, s["update_diff"])
+            assert s["update_diff"] <= tol, (n, rank, name, s["update_diff"])
         assert res["strategies"]["fsdp2"]["vs_ddp"] < 1e-5  # fp32 reordering only (params are O(0.1..1))
         assert res["checkpoint"]["reloaded_equal"]
         assert res["strategies"]["ddp"]["measured"] == {k: int(v) for k, v in res["strategies"]["ddp"]["predicted"].items()}
@@ -174,7 +174,7 @@ print(check_fsdp(FSDP))
 # %%
 tp = disttutor.launch("tensor_parallel", nproc=4, **LAUNCH)
 for pl in tp.results[0]["placements"]:
-    print(f"{pl:28}", " | ".join(f"rank {r['rank']}: {r['placements'][pl]}" for r in tp.results[:2]), "| ...")
+    print(f"{pl:28}", " | ".join(f"rank {k}: {r['placements'][pl]}" for k, r in enumerate(tp.results[:2])), "| ...")
 
 # %% tags=["nbval-check-output"]
 P = [r["placements"] for r in tp.results]
@@ -215,8 +215,8 @@ print("backward one per column-split layer -- q, k, v are 3 layers here (Megatro
 
 # %%
 m2 = [r["mesh_2d"] for r in tp.results]
-for r in tp.results:
-    print(f"rank {r['rank']} (dp, tp) = {tuple(r['mesh_2d']['coordinate'])}: stores {len(r['mesh_2d']['held'])} of "
+for rank, r in enumerate(tp.results):
+    print(f"rank {rank} (dp, tp) = {tuple(r['mesh_2d']['coordinate'])}: stores {len(r['mesh_2d']['held'])} of "
           f"{m2[0]['weight_shape'][0] * m2[0]['weight_shape'][1]} elements of mlp[0].weight; "
           f"largest difference from one process {r['mesh_2d']['param_diff']:.1e}")
 assert all(m["param_diff"] < 1e-5 for m in m2)  # fp32 reordering only, as above

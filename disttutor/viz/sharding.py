@@ -57,14 +57,14 @@ def mesh_figure(results: list[dict[str, Any]]):
     """Left: the 2x2 mesh (dp, tp). Right: each element of mlp[0].weight coloured by the rank storing it."""
     shape = results[0]["mesh_2d"]["weight_shape"]
     owner = np.full(shape[0] * shape[1], -1)
-    for r in results:
-        owner[r["mesh_2d"]["held"]] = r["rank"]
+    for rank, r in enumerate(results):  # results[r] is rank r's report
+        owner[r["mesh_2d"]["held"]] = rank
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.8), gridspec_kw={"width_ratios": [1, 1.3]})
     cmap = plt.get_cmap("tab10")
-    for r in results:
+    for rank, r in enumerate(results):
         dp, tp = r["mesh_2d"]["coordinate"]
-        a.add_patch(plt.Rectangle((tp, 1 - dp), 0.9, 0.9, color=cmap(r["rank"]), alpha=0.8))
-        a.text(tp + 0.45, 1 - dp + 0.45, f"rank {r['rank']}\ndp={dp}, tp={tp}", ha="center", va="center")
+        a.add_patch(plt.Rectangle((tp, 1 - dp), 0.9, 0.9, color=cmap(rank), alpha=0.8))
+        a.text(tp + 0.45, 1 - dp + 0.45, f"rank {rank}\ndp={dp}, tp={tp}", ha="center", va="center")
     a.set_xlim(-0.1, 2)
     a.set_ylim(-0.1, 2)
     a.set_axis_off()
