@@ -179,8 +179,13 @@ def _fsdp(cls, cfg: ShardingCheck, ctx) -> dict[str, Any]:
         stored = _sum_over_ranks(S.nbytes(trainable))
         limit = (n_trainable + ctx.world_size * ctx.world_size) * 4  # + padding to equal shards
         if not stored <= limit:
+            n_all = S.counts(S.tiny_lm())[0]
+            frozen = n_all * 4 <= stored <= (n_all + ctx.world_size ** 2) * 4  # sharded once, frozen included
             return _fail(f"over all ranks the trainable parameters take {stored} bytes; stored once (plus "
-                         f"padding) they take at most {limit}: each rank should keep only its shard")
+                         f"padding) they take at most {limit}" + (
+                             ": the frozen pos.weight is in your shard -- it has no gradient and no optimiser "
+                             "state, keep it out (weight decay would move it)" if frozen else
+                             ": each rank should keep only its shard"))
         bad = _phase(step, wrapper.full_parameters, cfg, ctx, opt_name, dtype)
         if bad:
             return bad
