@@ -114,6 +114,20 @@ EXERCISES: tuple[Exercise, ...] = (
               "optimizer) gives tensors for dcp.load(..., storage_reader=checkpoint.SafeReader(path)) to fill; then "
               "set_state_dict, scheduler.load_state_dict, and LAST torch.set_rng_state(torch.load(rng file, "
               "weights_only=True)['cpu']); return meta['step'].")),
+    Exercise("11.1", 11, "ZeRO-1: shard the optimiser state", "ZeroOne",
+             "disttutor.checks.sharding:check_zero1", "solutions/ex11_1_zero1.py", (
+                 "Give every trainable parameter one owner rank (the same rule on every rank); build the real "
+                 "optimiser (`self.optim`) on this rank's parameters only, so only they get Adam state.",
+                 "step(): self.optim.step(), then for EVERY trainable parameter, in the same order on every "
+                 "rank, dist.broadcast(p, src=owner). Skip frozen parameters; list a tied one once.")),
+    Exercise("11.2", 11, "FSDP: sharded parameters, all-gather, reduce-scatter", "FSDP",
+             "disttutor.checks.sharding:check_fsdp", "solutions/ex11_2_fsdp.py", (
+                 "Flatten the trainable parameters into one fp32 vector, pad it to a multiple of the world "
+                 "size, keep your slice as the only nn.Parameter; run the module with "
+                 "torch.func.functional_call on views of the gathered vector.",
+                 "A torch.autograd.Function: forward all_gather_into_tensor(shard.to(dtype)), backward "
+                 "reduce_scatter_tensor(grad) divided by the world size, returned as fp32. Frozen "
+                 "parameters stay out of the shard (weight decay would move them).")),
 )
 
 
