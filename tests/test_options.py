@@ -179,7 +179,9 @@ def test_launch_args_are_checked_before_any_process_starts():
     with pytest.raises(TypeError, match="takes a DDPConfig"):
         from disttutor.programs.hello import HelloConfig
         check_args("disttutor.programs.ddp", HelloConfig())
-    check_args("disttutor.checks.ddp", {"anything": 1})  # not a cli() program: left to the program
+    check_args("disttutor.live.worker", {"anything": 1})  # not a cli() program: left to the program
+    with pytest.raises(ValueError, match="unrecognized arguments: --anything"):  # checkers are cli() programs too
+        check_args("disttutor.checks.ddp", {"anything": 1})
     check_args("disttutor.programs.ddp", ["--whatever"])  # a list is passed through as it is
 
 
