@@ -63,6 +63,7 @@ def test_every_strategy_trains_like_one_process_and_shards_memory(no_leftovers):
             assert s["update_diff"] <= (BF16_RTOL if name.endswith("bf16") else FP32_RTOL), (name, s)
         assert r["strategies"]["fsdp2"]["vs_ddp"] < 1e-5  # fp32 reordering only
         assert r["checkpoint"]["reloaded_equal"] and ".metadata" in r["checkpoint"]["files"]
+        assert r["checkpoint"]["optimizer_equal"] and "meta.json" in r["checkpoint"]["files"]  # chapter 10's format
         ddp = r["strategies"]["ddp"]
         assert ddp["measured"] == {k: int(v) for k, v in ddp["predicted"].items()}  # DDP: everything, everywhere
     total = {s: {k: sum(r["strategies"][s]["measured"][k] for r in res) for k in ("params", "grads", "optimizer")}

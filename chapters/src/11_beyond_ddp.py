@@ -57,7 +57,8 @@ LAUNCH = dict(stream=False, timeout=280)
 # ZeRO-1 (scratch, with DDP averaging the gradients), FSDP scratch in fp32 and with **bf16**
 # compute and communication, and torch's **FSDP2** — 3 AdamW steps each, and compares every result
 # with one process trained on the full batches (the bf16 run against one process applying the same
-# casts). Then it saves FSDP2's sharded model with `torch.distributed.checkpoint` and reloads it.
+# casts). Then it saves FSDP2's sharded model and optimiser with chapter 10's `disttutor.checkpoint`
+# (`torch.distributed.checkpoint` underneath) and reloads both into a fresh copy.
 
 # %%
 runs = {n: disttutor.launch("sharding", nproc=n, **LAUNCH) for n in (2, 4)}
@@ -94,23 +95,25 @@ for n, results in by_world.items():
             tol = BF16_RTOL if name.endswith("bf16") else FP32_RTOL  # why these: disttutor/checks/sharding.py
             assert s["update_diff"] <= tol, (n, rank, name, s["update_diff"])
         assert res["strategies"]["fsdp2"]["vs_ddp"] < 1e-5  # fp32 reordering only (params are O(0.1..1))
-        assert res["checkpoint"]["reloaded_equal"]
+        assert res["checkpoint"]["reloaded_equal"] and res["checkpoint"]["optimizer_equal"]
         assert res["strategies"]["ddp"]["measured"] == {k: int(v) for k, v in res["strategies"]["ddp"]["predicted"].items()}
 s2 = by_world[4][0]["strategies"]
 for name, s in s2.items():
     print(f"4 ranks, {name:18}: update vs one process differs by {s['update_diff']:.1e} (relative), "
           f"largest element-wise {s['max_rel_diff']:.1e} ({s['worst_param']})")
 print(f"FSDP2 vs DDP, largest parameter difference: {s2['fsdp2']['vs_ddp']:.1e}")
-print(f"DCP checkpoint files (4 ranks): {by_world[4][0]['checkpoint']['files']}; reloaded shards equal: "
-      f"{all(r['checkpoint']['reloaded_equal'] for r in by_world[4])}")
+print(f"checkpoint files (4 ranks): {by_world[4][0]['checkpoint']['files']}; reloaded shards equal "
+      f"(parameters, AdamW moments): {all(r['checkpoint']['reloaded_equal'] for r in by_world[4])}, "
+      f"{all(r['checkpoint']['optimizer_equal'] for r in by_world[4])}")
 
 # %% [markdown]
 # The bf16 run differs by ~1e-2, not ~1e-7: bf16 keeps 8 mantissa bits, the gradients are summed in
 # a different order than in one process, and AdamW may flip the sign of an update whose gradient is
 # near zero. That is why the comparison is the **whole update as one vector** (its relative error),
 # while the element-wise error of the smallest parameter (a LayerNorm bias that started at zero) is
-# larger. `torch.distributed.checkpoint` wrote one file per rank plus `.metadata`: every rank saves
-# only its shards, and can reload onto a different number of ranks (resharding at load).
+# larger. The checkpoint holds one `.distcp` file per rank plus DCP's `.metadata` (every rank saves only
+# its shards), and chapter 10's `meta.json` and per-rank RNG states — the same code saves a DDP replica
+# and an FSDP2 shard.
 #
 # ## Exercise 11.1 — ZeRO-1 from scratch
 #

@@ -96,28 +96,34 @@ def build(name: str, ctx, lr: float):
     return base, opts, list(base.parameters()), lambda: {n: p.full_tensor() for n, p in base.named_parameters()}, opts
 
 
-def checkpoint_roundtrip(model, ctx) -> dict:
-    """Save FSDP2's sharded state with DCP (each rank writes its own shards), reload into a fresh model."""
-    import torch.distributed.checkpoint as dcp
+def checkpoint_roundtrip(model, optimizer, ctx, cfg) -> dict:
+    """Save FSDP2's sharded model and optimiser with chapter 10's checkpoint code (DCP underneath:
+    each rank writes its own shards), reload both into a freshly built, differently seeded copy."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    path = os.path.join(runtime.run_dir() or ".", "fsdp2_checkpoint")
-    dcp.save({"model": model.state_dict()}, checkpoint_id=path)
-    fresh = S.tiny_lm(seed=123)  # different weights: the load must overwrite them
+    from disttutor import checkpoint
+
+    directory = os.path.join(runtime.run_dir() or ".", "fsdp2_checkpoints")
+    path = checkpoint.save(directory, cfg.steps, model, optimizer)
+    fresh = S.tiny_lm(seed=123).to(ctx.device)  # different weights: the load must overwrite them
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     fully_shard(fresh.mlp, mesh=mesh)
     fully_shard(fresh, mesh=mesh)
-    state = {"model": fresh.state_dict()}
-    dcp.load(state, checkpoint_id=path)  # reads in place into the DTensor shards of `state`
-    fresh.load_state_dict(state["model"])
+    fresh_opt = S.adamw(fresh.parameters(), cfg.lr)
+    meta = checkpoint.load(path, fresh, fresh_opt, restore_rng=False)
     same = all(torch.equal(a.to_local(), b.to_local())
                for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    # AdamW's moments are sharded like the parameters: each rank compares its own shards.
+    moments = [(optimizer.state[p], fresh_opt.state[q]) for p, q in zip(model.parameters(), fresh.parameters())
+               if p in optimizer.state]
+    same_opt = bool(moments) and all(torch.equal(a[k].to_local(), b[k].to_local())
+                                     for a, b in moments for k in ("exp_avg", "exp_avg_sq"))
     files = sorted(os.listdir(path))
     dist.barrier()
     if ctx.rank == 0:
-        shutil.rmtree(path, ignore_errors=True)
-    return {"reloaded_equal": same, "files": files}
+        shutil.rmtree(directory, ignore_errors=True)
+    return {"reloaded_equal": same, "optimizer_equal": same_opt, "step": meta["step"], "files": files}
 
 
 def run(cfg: ShardingConfig) -> None:
@@ -137,13 +143,13 @@ def run(cfg: ShardingConfig) -> None:
                          "predicted": S.predicted(n_params, n_trainable, ctx.world_size, STAGE[name]),
                          "max_rel_diff": err, "worst_param": worst}
             if name == "fsdp2":
-                fsdp2 = model
+                fsdp2, fsdp2_opt = model, opts[0]
             if name == "ddp":
                 ddp_params = {n: p.detach().clone() for n, p in full().items()}
         # FSDP2 against DDP directly: same fp32 maths, different communication.
         f2 = {n: p.full_tensor() for n, p in fsdp2.named_parameters()}
         out["fsdp2"]["vs_ddp"] = max((f2[n] - p).abs().max().item() for n, p in ddp_params.items())
-        ckpt = checkpoint_roundtrip(fsdp2, ctx) if cfg.checkpoint else None
+        ckpt = checkpoint_roundtrip(fsdp2, fsdp2_opt, ctx, cfg) if cfg.checkpoint else None
         runtime.report(strategies=out, n_params=n_params, n_trainable=n_trainable, checkpoint=ckpt,
                        lr=cfg.lr, steps=cfg.steps)
 
