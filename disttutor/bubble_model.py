@@ -152,7 +152,7 @@ def explain(spec: PipeSpec, slots: list[Slot], slot_cpu: list[float] | None = No
 
 def explain_run(results: list[dict], spec: PipeSpec) -> dict:
     """:func:`explain` on a :mod:`disttutor.programs.pipeline` run's per-rank reports."""
-    slots = slots_from_events([r["timeline"] for r in results])
+    slots = slots_from_events([r["events"] for r in results])
     cpu = [c for r in results for c in r.get("slot_cpu", [])]
     has_cpu = len(cpu) == len(slots) and all("step_cpu_s" in r for r in results)
     return explain(spec, slots, cpu if has_cpu else None,

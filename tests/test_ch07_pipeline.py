@@ -29,7 +29,7 @@ def _check_matches_reference(res, steps):
 
 
 def _measured_orders(res):
-    slots = slots_from_events([r["timeline"] for r in res.results])
+    slots = slots_from_events([r["events"] for r in res.results])
     return [[(s.kind, s.mb, s.stage) for s in sorted(slots, key=lambda s: s.start) if s.rank == rank]
             for rank in range(res.world_size)]
 

@@ -160,7 +160,7 @@ def test_7_1_rejects_warmup_without_min():
 
 
 def test_7_2_rejects_the_formula_a_window_from_zero_and_per_rank_windows():
-    r = check("7.2", wrong("7.2", "busy / (len(timelines) * (last - first))", "busy / (len(timelines) * last)"))
+    r = check("7.2", wrong("7.2", "busy / (len(events) * (last - first))", "busy / (len(events) * last)"))
     assert not r.passed and "the window starts at the earliest event, not at time 0" in r.problems[0], r.problems
     # the drawing's formula is right on every drawing, wrong on a measurement
     r = check("7.2", "def bubble_fraction(timelines):\n    p = len(timelines)\n    m = len(timelines[0]) // 2\n"

@@ -301,7 +301,7 @@ assert all(abs(a - b) < TOL for a, b in zip(last["losses"], last["ref_losses"]))
 
 # %% tags=["nbval-check-output"]
 def measured_orders(res):
-    slots = slots_from_events([r["timeline"] for r in res.results])
+    slots = slots_from_events([r["events"] for r in res.results])
     return [[(s.kind, s.mb, s.stage) for s in sorted(slots, key=lambda s: s.start) if s.rank == k]
             for k in range(res.world_size)]
 
@@ -326,7 +326,7 @@ assert same
 
 # %%
 n_cores = os.cpu_count()
-measured = slots_from_events([r["timeline"] for r in run_1f1b.results])
+measured = slots_from_events([r["events"] for r in run_1f1b.results])
 fig = measured_figure(spec_1f1b, measured, note=f"(4 ranks on {n_cores} cores)")
 plt.show()
 print(f"{run_1f1b.world_size} ranks on {n_cores} CPU cores: "
@@ -345,7 +345,7 @@ run_il = disttutor.launch("pipeline", nproc=2, args={"schedule": "interleaved", 
                                                       "microbatches": 4, "steps": 2, **STAGE},
                           timeout=300, stream=False)
 spec_il = PipeSpec("interleaved", p=2, m=4, v=2)
-fig = measured_figure(spec_il, slots_from_events([r["timeline"] for r in run_il.results]),
+fig = measured_figure(spec_il, slots_from_events([r["events"] for r in run_il.results]),
                       note=f"(2 ranks on {n_cores} cores)")
 plt.show()
 
@@ -361,21 +361,21 @@ assert all(r["max_weight_diff"] < TOL for r in run_il.results) and same
 
 # %%
 for name, res in [("1F1B, 4 ranks", run_1f1b), ("interleaved, 2 ranks", run_il)]:
-    st = bubble_stats(slots_from_events([r["timeline"] for r in res.results]), res.world_size)
+    st = bubble_stats(slots_from_events([r["events"] for r in res.results]), res.world_size)
     print(f"{name}: step {1e3 * max(r['step_s'] for r in res.results):.1f} ms, measured bubble "
           f"{st['bubble']:.3f} (per rank {[round(b, 3) for b in st['per_rank']]})")
 
 # %% [markdown]
 # ### Exercise 7.2 — the bubble of a measured run
 #
-# The line above came from `bubble_stats`. Write it yourself: `bubble_fraction(timelines)` gets
-# what the ranks reported — `timelines[rank]` is a list of events `[kind, mb, stage, start_s, end_s]`
+# The line above came from `bubble_stats`. Write it yourself: `bubble_fraction(events)` gets
+# what the ranks reported — `events[rank]` is a list of events `[kind, mb, stage, start_s, end_s]`
 # (clock readings in seconds, in any order) — and returns the fraction of the run's window in which
 # the ranks were not computing. The checker (no ranks needed) feeds it drawn schedules and
 # measured-looking events, and on this run yours must print the same number as above.
 
 # %%
-def bubble_fraction(timelines):
+def bubble_fraction(events):
     """Fraction of p x (the run's window) in which no event of a rank was running."""
     raise NotImplementedError("Exercise 7.2: one window for all ranks, busy time of every event, then the fraction")
 
@@ -389,7 +389,7 @@ from disttutor.checks.pipeline import check_bubble_fraction
 result_7_2 = check_bubble_fraction(bubble_fraction)
 print(result_7_2)
 if result_7_2.passed:  # your function on this chapter's own 1F1B run
-    print(f"yours on the 1F1B run: {bubble_fraction([r['timeline'] for r in run_1f1b.results]):.3f}")
+    print(f"yours on the 1F1B run: {bubble_fraction([r["events"] for r in run_1f1b.results]):.3f}")
 
 # %% [markdown]
 # ### Where the gap comes from: theory + measured overhead
@@ -477,7 +477,7 @@ else:
 gpipe_m1 = disttutor.launch("pipeline", nproc=2, args={"schedule": "gpipe", "microbatches": 1, "steps": 2},
                             timeout=300, collective_timeout=10, stream=False, check=False)
 if gpipe_m1.ok:
-    slots_m1 = slots_from_events([r["timeline"] for r in gpipe_m1.results])
+    slots_m1 = slots_from_events([r["events"] for r in gpipe_m1.results])
     fig = measured_figure(PipeSpec("gpipe", 2, 1), slots_m1, note=f"(2 ranks on {n_cores} cores)")
     plt.show()
 

@@ -14,7 +14,7 @@ actions rank ``rank`` of a ``p``-stage pipeline runs for ``m`` micro-batches. Th
    more micro-batches, and fewer micro-batches than stages.
 Orders are lists of small integers: the comparison is exact.
 
-Exercise 7.2. The learner writes ``bubble_fraction(timelines)``: from every rank's reported
+Exercise 7.2. The learner writes ``bubble_fraction(events)``: from every rank's reported
 events ``[kind, mb, stage, start_s, end_s]`` (what :mod:`disttutor.programs.pipeline` reports),
 the fraction of the run's window that the ranks spent not computing. Checked here, without
 ranks, against :func:`disttutor.schedules.bubble_stats` on drawn schedules and on event lists
@@ -39,7 +39,7 @@ def measured_orders(p: int, m: int, timeout: float = JOB_TIMEOUT_S) -> list[list
 
     res = launch("pipeline", p, {"schedule": "1f1b", "microbatches": m, "steps": 1, "batch": 4 * m, "width": 8,
                                  "no_reference": True}, stream=False, timeout=timeout)
-    return [[(k, int(mb)) for k, mb, _stage, _t0, _t1 in sorted(r["timeline"], key=lambda e: e[3])]
+    return [[(k, int(mb)) for k, mb, _stage, _t0, _t1 in sorted(r["events"], key=lambda e: e[3])]
             for r in res.results]
 
 
@@ -161,5 +161,5 @@ def _bubble_problem(fn: Callable) -> str | None:
 
 
 def check_bubble_fraction(fn: Callable | str) -> CheckResult:
-    """Exercise 7.2: is ``fn(timelines)`` the bubble fraction of the events, measured?"""
+    """Exercise 7.2: is ``fn(events)`` the bubble fraction of the events, measured?"""
     return run_local("7.2", fn, function_name(fn, "bubble_fraction"), _bubble_problem)

@@ -49,7 +49,7 @@ def run(cfg: SweepConfig) -> None:
                                 layers_per_stage=cfg.layers_per_stage, steps=cfg.steps, reference=False)
                 x, y = regression(n=pc.batch, d_in=D_IN, d_out=D_OUT, seed=pc.seed).tensors
                 out = train(pc, ctx, x, y, pp_rank=ctx.rank, pp_size=ctx.world_size)
-                runs.append(dict(schedule=schedule, m=m, timeline=out["timeline"], slot_cpu=out["slot_cpu"],
+                runs.append(dict(schedule=schedule, m=m, events=out["events"], slot_cpu=out["slot_cpu"],
                                  step_cpu_s=out["step_cpu_s"], step_s=out["step_s"]))
                 dist.barrier()  # the next configuration's stages start only when every rank is done
         runtime.report(runs=runs)

@@ -54,7 +54,7 @@ def describe(spec: PipeSpec) -> dict:
     """What the widget shows, as data: bubble from the drawing, the formula, peak in-flight activations."""
     tl = simulate(spec)
     return {"bubble_drawn": tl.bubble_fraction, "bubble_formula": formula(spec), "formula": formula_text(spec),
-            "peak_in_flight": tl.peak_in_flight, "makespan": tl.makespan, "timeline": tl}
+            "peak_in_flight": tl.peak_in_flight, "makespan": tl.makespan, "drawn": tl}
 
 
 def theory_figure(spec: PipeSpec, info: dict | None = None):
@@ -63,7 +63,7 @@ def theory_figure(spec: PipeSpec, info: dict | None = None):
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 0.55 * spec.p + 1.8), width_ratios=[4, 1],
                                   constrained_layout=True)
     name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": f"interleaved 1F1B, v={spec.v}"}[spec.schedule]
-    draw_gantt(ax, info["timeline"].slots, spec.p,
+    draw_gantt(ax, info["drawn"].slots, spec.p,
                title=f"{name}: p={spec.p}, m={spec.m}\nbubble measured on the drawing {info['bubble_drawn']:.3f}"
                      f"  |  formula {info['formula']}",
                unit="time (one forward of a whole rank's layers = 1)")
@@ -83,7 +83,7 @@ def measured_figure(spec: PipeSpec, measured: list[Slot], note: str = ""):
     info = describe(spec)
     stats = bubble_stats(measured, spec.p)
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 0.55 * spec.p + 1.8), constrained_layout=True)
-    draw_gantt(a, info["timeline"].slots, spec.p, unit="time (forward = 1)",
+    draw_gantt(a, info["drawn"].slots, spec.p, unit="time (forward = 1)",
                title=f"theory ({spec.schedule}, p={spec.p}, m={spec.m}): bubble {info['bubble_drawn']:.3f}")
     ms = [Slot(s.rank, s.kind, s.mb, s.stage, s.start * 1e3, s.end * 1e3) for s in measured]
     draw_gantt(b, ms, spec.p, unit="milliseconds since the step began",
