@@ -48,7 +48,7 @@ def measure(schedule: str, nproc: int, m: int, mb_size: int, width: int, layers:
     res = launch("pipeline", nproc=nproc, timeout=600, stream=False,
                  args={"schedule": schedule, "microbatches": m, "batch": m * mb_size, "width": width,
                        "layers_per_stage": layers, "steps": steps, "reference": False})
-    slots = slots_from_events([r["timeline"] for r in res.results])
+    slots = slots_from_events([r["events"] for r in res.results])
     st = bubble_stats(slots, nproc)
     busy = [s.end - s.start for s in slots]
     f_ms = 1e3 * sum(s.end - s.start for s in slots if s.kind == "F") / sum(s.kind == "F" for s in slots)
