@@ -389,7 +389,7 @@ from disttutor.checks.pipeline import check_bubble_fraction
 result_7_2 = check_bubble_fraction(bubble_fraction)
 print(result_7_2)
 if result_7_2.passed:  # your function on this chapter's own 1F1B run
-    print(f"yours on the 1F1B run: {bubble_fraction([r["events"] for r in run_1f1b.results]):.3f}")
+    print(f"yours on the 1F1B run: {bubble_fraction([r['events'] for r in run_1f1b.results]):.3f}")
 
 # %% [markdown]
 # ### Where the gap comes from: theory + measured overhead
