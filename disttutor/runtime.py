@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import os
 import signal
-import threading
 import warnings
 import time
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from . import contract, procs
+from .reports import run_dir, summarize, write_report  # run_dir, summarize: used by programs as runtime.*
 from .results import blame_of
 
 # Collectives that wait longer than this fail instead of hanging. Gloo's
@@ -127,63 +126,6 @@ class Context:
 _CTX: Context | None = None
 
 
-def run_dir() -> str | None:
-    """The launcher's run directory for this job (``None`` when not launched by :func:`disttutor.launch`)."""
-    return os.environ.get(contract.ENV_RUN_DIR) or None
-
-
-_run_dir = run_dir
-
-
-def _write_report(ctx: Context, status: str, error: str | None = None, blame: str | None = None) -> None:
-    """Write ``rank{r}.json`` atomically (the launcher may read it at any moment)."""
-    run_dir = _run_dir()
-    if run_dir is None:
-        return
-    payload = {
-        "rank": ctx.env.rank,
-        "local_rank": ctx.env.local_rank,
-        "group_rank": ctx.env.group_rank,
-        "world_size": ctx.env.world_size,
-        "backend": ctx.backend,
-        "device": str(ctx.device),
-        "pid": os.getpid(),
-        "agent": int(os.environ.get(contract.ENV_AGENT, "0")),  # which torchrun agent (simulated node)
-        "status": status,
-        "error": error,
-        "blame": blame,  # who caused the error, as far as this rank can tell
-        "results": ctx.results,
-    }
-    path = contract.report_path(run_dir, ctx.env.rank)
-    tmp = f"{path}.{threading.get_ident()}.tmp"  # RPC handlers may report from several threads
-    with open(tmp, "w") as f:
-        json.dump(payload, f, default=_jsonable)
-    os.replace(tmp, path)
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return summarize(obj)
-    if isinstance(obj, torch.device | torch.dtype):
-        return str(obj)
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    raise TypeError(f"report(): {type(obj).__name__} is not JSON-serialisable; report numbers, lists or summaries")
-
-
-def summarize(t: torch.Tensor) -> dict[str, Any]:
-    """A small, JSON-able fingerprint of a tensor: big tensors never leave the rank."""
-    c = t.detach().to("cpu").contiguous()
-    return {
-        "shape": list(c.shape),
-        "dtype": str(c.dtype).replace("torch.", ""),
-        "sum": float(c.double().sum()) if c.numel() else 0.0,
-        "sha1": hashlib.sha1(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"").hexdigest()[:12],
-    }
-
-
 # One function, one meaning (procs.tie_to_parent): "get SIGKILL when my parent dies".
 # Kept under this name for programs whose own children follow them (chapter 5's mp.spawn).
 tie_to_parent = procs.tie_to_parent
@@ -248,7 +190,7 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
         be, device = "none", torch.device("cpu")
     ctx = Context(env=env, backend=be, device=device, timeout_s=timeout_s)
     _CTX = ctx
-    _write_report(ctx, "running")
+    write_report(ctx, "running")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     try:
@@ -261,12 +203,12 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
                 **_restart_store(env, timeout_s),
             )
         yield ctx
-        _write_report(ctx, "ok")
+        write_report(ctx, "ok")
     except BaseException as exc:  # KeyboardInterrupt/SIGTERM too: the report says why we stopped
         if isinstance(exc, SystemExit) and not exc.code:
-            _write_report(ctx, "ok")
+            write_report(ctx, "ok")
             raise
-        _write_report(ctx, "error", *_explain(exc, timeout_s))
+        write_report(ctx, "error", *_explain(exc, timeout_s))
         raise  # Python prints the traceback once, in this rank's log
     finally:
         _CTX = None
@@ -312,7 +254,7 @@ def rpc_setup(names: list[str] | None = None, rpc_timeout: float = 20.0,
 
     warnings.simplefilter("always")
     warnings.showwarning = record
-    _write_report(ctx, "running")
+    write_report(ctx, "running")
     options = rpc.TensorPipeRpcBackendOptions(init_method="env://", rpc_timeout=rpc_timeout,
                                               num_worker_threads=num_worker_threads)
     status, error, blame = "running", None, None
@@ -327,7 +269,7 @@ def rpc_setup(names: list[str] | None = None, rpc_timeout: float = 20.0,
         with contextlib.suppress(Exception):
             rpc.shutdown(graceful=True)
         _CTX = None
-        _write_report(ctx, status, error, blame)
+        write_report(ctx, status, error, blame)
 
 
 def context() -> Context:
@@ -345,7 +287,7 @@ def report(**values: Any) -> None:
     """
     ctx = context()
     ctx.results.update(values)
-    _write_report(ctx, "running")
+    write_report(ctx, "running")
 
 
 def rank_print(*args: Any, **kwargs: Any) -> None:

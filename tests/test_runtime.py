@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from disttutor import runtime
+from disttutor import reports, runtime
 from disttutor.checks import adapter
 from disttutor.results import RankResult, RunResult, format_table
 
@@ -52,7 +52,7 @@ def test_summarize_is_small_and_identifies_content():
     assert runtime.summarize(a.clone())["sha1"] == s["sha1"] != runtime.summarize(a + 1)["sha1"]
     assert len(json.dumps(s)) < 120
     with pytest.raises(TypeError, match="not JSON-serialisable"):
-        runtime._jsonable(object())
+        reports.jsonable(object())
 
 
 def test_exercise_source_round_trip(tmp_path):
