@@ -240,10 +240,26 @@ def reset(extra: list[str]) -> int:
     return workspace.reset(ROOT, extra[0], trust=[PY, "-m", "jupyter", "trust"], env=_env())
 
 
+# Two pytest-xdist workers: much of the suite waits (collective timeouts that a test provokes,
+# kernel and torchrun start-up, sleeps of the kill tests), so a second worker fills that time, also
+# on 2 cores. --dist loadscope keeps a notebook's cells (and a module's fixtures) in one worker, in
+# order. DISTTUTOR_TEST_WORKERS=0 runs everything in this process; "-n ..." on the command line wins.
+TEST_WORKERS = os.environ.get("DISTTUTOR_TEST_WORKERS", "2")
+
+
+def pytest_args(extra: list[str]) -> list[str]:
+    """pytest's arguments for `course.py test`: the workers unless the caller chose them."""
+    chose = any(a in ("-n", "--numprocesses", "-p") or a.startswith(("-n", "--numprocesses=", "--dist"))
+                for a in extra)
+    if chose or TEST_WORKERS in ("", "0"):
+        return list(extra)
+    return ["-n", TEST_WORKERS, "--dist", "loadscope", *extra]
+
+
 def test(extra: list[str]) -> int:
     force, extra = _flags(extra)
     ensure_env(force)
-    return run_forwarding([PY, "-m", "pytest", *extra], cwd=ROOT, env=_env())
+    return run_forwarding([PY, "-m", "pytest", *pytest_args(extra)], cwd=ROOT, env=_env())
 
 
 def execute(paths: list[str]) -> int:

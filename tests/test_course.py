@@ -97,6 +97,16 @@ def test_detect_gpu_reads_the_driver(monkeypatch):
     assert "2 GPU(s)" in course.detect_gpu()
 
 
+
+def test_course_test_runs_two_workers_unless_told_otherwise(monkeypatch):
+    assert course.pytest_args(["-x"]) == ["-n", "2", "--dist", "loadscope", "-x"]
+    # A caller who picks the workers (or turns the plugin off) gets exactly what they typed.
+    assert course.pytest_args(["-n", "0", "tests/test_cli.py"]) == ["-n", "0", "tests/test_cli.py"]
+    assert course.pytest_args(["-n4"]) == ["-n4"]
+    assert course.pytest_args(["-p", "no:xdist"]) == ["-p", "no:xdist"]
+    monkeypatch.setattr(course, "TEST_WORKERS", "0")
+    assert course.pytest_args(["-x"]) == ["-x"]
+
 # ------------------------------------------------------------------ a course clone for a learner
 def notebook(*cells: str) -> str:
     return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
