@@ -66,7 +66,7 @@ def test_configs_reject_bad_input():
         BenchConfig(sizes=(2,))
     with pytest.raises(ValueError, match="iters"):
         BenchConfig(iters=0)
-    with pytest.raises(ValueError, match="function names"):
+    with pytest.raises(ValueError, match="must be a Python name"):
         CheckConfig(source="x.py", name=("ring all reduce",))
     with pytest.raises(ValueError, match="world_sizes"):
         check_ring_allreduce(SOLUTION, world_sizes=(0,))

@@ -29,10 +29,12 @@ ZERO1, FSDP = "solutions/ex11_1_zero1.py", "solutions/ex11_2_fsdp.py"
 
 
 def test_check_config_rejects_bad_values():
-    with pytest.raises(ValueError, match="--source is required"):
+    with pytest.raises(ValueError, match="--source FILE is required"):
         ShardingCheck()
+    with pytest.raises(ValueError, match="--name must be a Python name"):  # LearnerCode's check, shared
+        ShardingCheck(source="x.py", name="Zero One")
     with pytest.raises(ValueError, match="steps must be >= 1"):
-        ShardingCheck(source="x.py", steps=0)
+        ShardingCheck(source="x.py", name="ZeroOne", steps=0)
 
 
 @pytest.mark.timeout(TIMEOUT)

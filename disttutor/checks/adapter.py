@@ -23,6 +23,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..options import opt
+
 #: Wall-clock limit of one checker job. A learner's hang is caught far sooner by the short
 #: collective timeout each checker sets (10 s); this only bounds a machine so busy (a classroom
 #: server, a loaded CI box) that starting the ranks alone takes a minute.
@@ -132,6 +134,21 @@ def _explain_name_errors(fn: Callable, name: str) -> Callable:
 
 def function_name(obj: Callable | str, default: str) -> str:
     return getattr(obj, "__name__", default) if callable(obj) else default
+
+
+@dataclass(frozen=True)
+class LearnerCode:
+    """The options every checker program starts with: the file :func:`run_check` wrote the learner's
+    code to, and the name to load from it. A checker's config adds its own fields to these."""
+    source: str = opt("", "file with the learner's code (run_check writes it)")
+    name: str = opt("", "the function or class to check")
+
+    def __post_init__(self):
+        if not self.source:
+            raise ValueError("--source FILE is required")
+        names = self.name if isinstance(self.name, tuple) else (self.name,)
+        if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+            raise ValueError(f"--name must be a Python name, got {self.name!r}")
 
 
 @dataclass

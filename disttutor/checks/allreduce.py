@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
+from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
 
 #: (shape, dtype) cases: divisible and non-divisible sizes, fewer elements than
 #: ranks (empty chunks), several dims, integer and low-precision dtypes.
@@ -71,15 +71,8 @@ def first_problem(got: torch.Tensor, want: torch.Tensor, world: int) -> str | No
 
 
 @dataclass(frozen=True)
-class CheckConfig:
-    source: str = opt("", "file with the learner's function(s)")
+class CheckConfig(LearnerCode):
     name: tuple[str, ...] = opt(("ring_all_reduce",), "the function(s) to check, each on every case")
-
-    def __post_init__(self):
-        if not self.source:
-            raise ValueError("--source FILE is required")
-        if not self.name or not all(n.isidentifier() for n in self.name):
-            raise ValueError(f"names must be Python function names, got {self.name!r}")
 
 
 def _check_one(fn: Callable, case: int, shape: tuple[int, ...], dtype: str, rank: int, world: int,

@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal
 import torch
 
 from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
+from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
 
 from .tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
 BUCKET_CAP = 600  # elements: splits tricky_model's trainable tensors into 5 buckets
@@ -186,16 +186,13 @@ def _train_and_compare(obj: Any, exercise: str, steps: int, bucket_cap: int) -> 
 
 
 @dataclass(frozen=True)
-class DDPCheckConfig:
-    source: str = opt("", "file with the learner's code")
-    name: str = opt("", "the function (4.1) or class (4.2) to check")
+class DDPCheckConfig(LearnerCode):
     exercise: Literal["naive", "bucketed"] = opt("naive", "which exercise: 4.1 naive, 4.2 bucketed")
     steps: int = opt(3, "training steps compared with the single-process reference")
     bucket_cap: int = opt(BUCKET_CAP, "elements per bucket (4.2)")
 
     def __post_init__(self):
-        if not self.source or not self.name.isidentifier():
-            raise ValueError("need --source FILE and a --name that is a Python name")
+        super().__post_init__()
         if self.steps < 1 or self.bucket_cap < 1:
             raise ValueError("--steps and --bucket-cap must be >= 1")
 

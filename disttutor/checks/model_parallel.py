@@ -19,21 +19,20 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
+from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
 from .tolerances import SPLIT_MODEL_RTOL
 
 NPROC = 3  # first, middle and last stage: the middle one both receives and sends in each direction
 
 
 @dataclass(frozen=True)
-class StageCheckConfig:
-    source: str = opt("", "file with the learner's code")
-    name: str = opt("stage_forward_backward", "the function to check")
+class StageCheckConfig(LearnerCode):
     steps: int = opt(2, "SGD steps compared with the single-process model")
 
     def __post_init__(self):
-        if not self.source or not self.name.isidentifier() or self.steps < 1:
-            raise ValueError("need --source FILE, a function --name and --steps >= 1")
+        super().__post_init__()
+        if self.steps < 1:
+            raise ValueError("--steps must be >= 1")
 
 
 def _where(rank: int, world: int) -> str:

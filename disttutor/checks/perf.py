@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..options import cli, opt
-from .adapter import CheckResult, function_name, run_check, to_source
+from .adapter import CheckResult, LearnerCode, function_name, run_check, to_source
 
 # Torch's DDP and the scratch wrapper sum the same fp32 numbers in different orders (the
 # data-parallel tolerance, see tolerances.py); all-reducing k times (k x the gradient averaged
@@ -47,17 +47,14 @@ def check_compress_hook(fn: Callable | str, nproc: int = 2, steps: int = 30) -> 
 
 
 @dataclass(frozen=True)
-class NoSyncCheck:
-    source: str = opt("", "file with the learner's class")
-    name: str = opt("NoSyncDDP", "the class's name")
+class NoSyncCheck(LearnerCode):
     k: int = opt(4, "micro-batches per optimiser step")
     steps: int = opt(2, "optimiser steps")
     bucket_cap: int = opt(BUCKET_CAP, "bucket size in elements")
     micro_batch: int = opt(8, "GLOBAL samples per micro-batch")
 
     def __post_init__(self):
-        if not self.source:
-            raise ValueError("--source is required")
+        super().__post_init__()
         for f in ("k", "steps", "bucket_cap", "micro_batch"):
             if getattr(self, f) < 1:
                 raise ValueError(f"{f} must be >= 1")

@@ -28,7 +28,7 @@ import torch
 from .. import checkpoint, runtime
 from ..lm_loop import LMConfig, attempt, train
 from ..options import cli, opt
-from .adapter import CheckResult, function_name, load_exercise, run_check
+from .adapter import CheckResult, LearnerCode, function_name, load_exercise, run_check
 
 COLLECTIVE_TIMEOUT_S = 30.0
 STEPS, CKPT_EVERY = 8, 2
@@ -57,15 +57,14 @@ def _forbidden(*args, **kwargs):
 
 
 @dataclass(frozen=True)
-class ResumeCheck:
-    source: str = opt("", "file with the learner's resume()")
-    name: str = opt("resume", "the function's name")
+class ResumeCheck(LearnerCode):
     workdir: str = opt("", "directory for the reference and the checkpoints")
     fail_at_step: int = opt(5, "rank 1 is SIGKILLed at this step of the first attempt")
 
     def __post_init__(self):
-        if not self.source or not self.workdir:
-            raise ValueError("--source and --workdir are required")
+        super().__post_init__()
+        if not self.workdir:
+            raise ValueError("--workdir is required")
         if not CKPT_EVERY < self.fail_at_step < STEPS:
             raise ValueError(f"fail_at_step must be in ({CKPT_EVERY}, {STEPS}), got {self.fail_at_step}")
 

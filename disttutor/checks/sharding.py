@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, run_check
+from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
 
 #: fp32 sharded vs one process: different summation orders, a few ulps per step; the whole
 #: update then differs by ~1e-6 relative (measured 4e-7 on 4 ranks) -- 1e-4 is 100x headroom,
@@ -57,15 +57,12 @@ def check_fsdp(cls: Callable | str, nproc: int = 2, steps: int = 3) -> CheckResu
 
 
 @dataclass(frozen=True)
-class ShardingCheck:
-    source: str = opt("", "file with the learner's class")
-    name: str = opt("ZeroOne", "the class's name")
+class ShardingCheck(LearnerCode):
     exercise: Literal["zero1", "fsdp"] = opt("zero1", "which exercise")
     steps: int = opt(3, "optimiser steps per phase")
 
     def __post_init__(self):
-        if not self.source:
-            raise ValueError("--source is required")
+        super().__post_init__()
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
 
