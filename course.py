@@ -253,7 +253,8 @@ def pytest_args(extra: list[str]) -> list[str]:
                 for a in extra)
     if chose or TEST_WORKERS in ("", "0"):
         return list(extra)
-    return ["-n", TEST_WORKERS, "--dist", "loadscope", *extra]
+    # --no-loadscope-reorder: files in tests/conftest.py's order (longest first), not by test count.
+    return ["-n", TEST_WORKERS, "--dist", "loadscope", "--no-loadscope-reorder", *extra]
 
 
 def test(extra: list[str]) -> int:

@@ -31,3 +31,33 @@ def no_leftovers():
             return
         time.sleep(0.2)
     raise AssertionError(f"processes left behind: {[(p.pid, ' '.join(p.cmdline())) for p in left]}")
+
+
+# `course.py test` runs two pytest-xdist workers, each taking whole files (--dist loadscope, so a
+# notebook's cells run in order in one kernel) from the front of this order (--no-loadscope-reorder).
+# The longest files go first, so that the last minutes are not one worker alone on a long file while
+# the other one idles. Rough seconds on an idle 2-core machine (pytest --durations, chapter build
+# times); the rest keep pytest's order.
+SLOW_FIRST = [
+    "tests/test_exercises.py",              # every solution on real ranks, and wrong answers
+    "chapters/10_capstone_lm.ipynb",        # ~200
+    "tests/test_ch08_performance.py",       # comm hooks + AMP ~120, tuning, data loading
+    "chapters/04_ddp.ipynb",                # ~170
+    "chapters/08_performance.ipynb",        # ~150
+    "chapters/02_process_groups_collectives.ipynb",  # ~140
+    "tests/test_kernel_kill.py",            # ~140: ten kernels killed
+    "tests/test_browser.py",                # ~140: chapters 0 and 1 run in Chromium
+    "chapters/09_profiling_troubleshooting.ipynb",   # ~130
+    "chapters/00_setup.ipynb",              # ~115
+    "tests/test_grade.py",                  # ~115: a class graded, one learner hangs
+    "chapters/07_pipeline_parallel.ipynb",  # ~105
+    "tests/test_ch05_multi_node.py",        # ~90: the article's double spawn
+    "tests/test_ch04_scratch.py",           # ~80: the DDP checkers' wrong answers
+    "tests/test_ch09_troubleshoot.py",
+    "tests/test_ch10_train.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(SLOW_FIRST)))  # stable

@@ -99,7 +99,7 @@ def test_detect_gpu_reads_the_driver(monkeypatch):
 
 
 def test_course_test_runs_two_workers_unless_told_otherwise(monkeypatch):
-    assert course.pytest_args(["-x"]) == ["-n", "2", "--dist", "loadscope", "-x"]
+    assert course.pytest_args(["-x"]) == ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder", "-x"]
     # A caller who picks the workers (or turns the plugin off) gets exactly what they typed.
     assert course.pytest_args(["-n", "0", "tests/test_cli.py"]) == ["-n", "0", "tests/test_cli.py"]
     assert course.pytest_args(["-n4"]) == ["-n4"]
