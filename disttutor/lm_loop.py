@@ -34,7 +34,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.profiler import schedule as profiler_schedule
 
-from disttutor import checkpoint, corpus, lm, perf, runtime
+from disttutor import corpus, lm, perf, runtime
 from disttutor.config import require_non_negative, require_positive
 from disttutor.options import opt
 
@@ -110,6 +110,8 @@ def _die(cfg: LMConfig, ctx: runtime.Context, where: str) -> None:
 
 def default_resume(ckpt_dir: str, model, optimizer, scheduler) -> int:
     """Restore the newest complete checkpoint (if any); return the number of steps it had done."""
+    from disttutor import checkpoint
+
     path = checkpoint.latest(ckpt_dir)
     if path is None:
         return 0
@@ -163,6 +165,8 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
     history: dict[str, Any] = {"loss": [], "val": {}, "lr": []}
     done = 0
     if cfg.ckpt_dir:
+        # imported only here: torch.distributed.checkpoint costs each rank 2-6 s of start-up
+        from disttutor import checkpoint
         if ctx.rank == 0:
             os.makedirs(cfg.ckpt_dir, exist_ok=True)
         dist.barrier()
