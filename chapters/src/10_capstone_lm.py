@@ -182,10 +182,11 @@ print("bf16 gains", "less than 20%: not worth its lower precision here" if bf16_
       else f"{100 * (1 - bf16_ms / fp32_ms):.0f}% on this CPU: try amp='on'")
 
 # %% [markdown]
-# On the 2-core machine this chapter was built on, bf16 brought no clear gain for a model this small
-# (its matrix products are too small for bf16 kernels to pay off, and the casts cost time), so
-# `amp="auto"` trains in fp32 on CPU and uses autocast (fp16 + `GradScaler`, the article's case, or
-# bf16) on GPUs. CPUs with bf16 matrix units may answer differently: the line above says.
+# Whether bf16 pays off on a CPU depends on the CPU (bf16 matrix units or not) and, for a model this
+# small, on whether its matrix products are big enough to repay the casts; on a busy machine a few
+# steps are also a noisy measurement (the line above gives the load). Our training runs keep fp32 on
+# CPU (`amp="auto"`) and use autocast (fp16 + `GradScaler`, the article's case, or bf16) on GPUs;
+# pass `amp="on"` if the line above shows a clear gain on your CPU.
 
 # %% [markdown]
 # Now the real run: 2 ranks, a few minutes at most. The progress bar and the plot below it follow
