@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.util
+import json
 import os
 import queue
 import re
@@ -33,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from . import contract
 from .collect import collect
@@ -51,7 +52,7 @@ _PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 _TORCH_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 
 _OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout", "env",
-            "threads", "stream", "check", "run_dir", "max_procs_override", "max_restarts")
+            "threads", "stream", "check", "run_dir", "max_procs_override", "max_restarts", "on_progress")
 
 
 def max_procs() -> int:
@@ -174,11 +175,22 @@ def _pump(idx: int, stream, q: "queue.Queue[tuple[int, str | None]]") -> None:
     q.put((idx, None))
 
 
+def _notify(on_progress: Callable[[dict], Any], payload: str) -> None:
+    """Hand one progress record to the caller's callback (a garbled line is skipped, as the bar does)."""
+    try:
+        record = json.loads(payload)
+    except ValueError:
+        return
+    if isinstance(record, dict):
+        on_progress(record)
+
+
 def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any] | None = None, *,
            nnodes: int = 1, backend: str | None = None, timeout: float = 120.0,
            collective_timeout: float | None = None, env: Mapping[str, str] | None = None,
            threads: int = 1, stream: bool = True, check: bool = True, run_dir: str | None = None,
-           max_procs_override: int | None = None, max_restarts: int = 0, **unknown: Any) -> RunResult:
+           max_procs_override: int | None = None, max_restarts: int = 0,
+           on_progress: Callable[[dict], Any] | None = None, **unknown: Any) -> RunResult:
     """Run ``program`` on ``nproc`` ranks (x ``nnodes`` simulated nodes) under torchrun.
 
     program: a program of :mod:`disttutor.programs` (``"hello"``), a module
@@ -195,6 +207,11 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     check: raise :class:`LaunchError` (naming ranks and their last lines) on failure.
     max_restarts: torchrun's elastic restarts: after a rank fails, stop all ranks and start them
         again (up to this many times; chapter 10 resumes from a checkpoint). 0: a failure ends the job.
+    on_progress: called in this process with each record rank 0 sends with ``runtime.progress``
+        (``{"step", "total", "desc", "metrics"}``), in order, whether or not ``stream`` is on; e.g. a
+        live plot (chapter 10's ``viz.lm.LiveLoss``). It runs in the loop that reads the ranks' output,
+        so it should be quick (ranks never wait for it: their lines queue up). If it raises, the job
+        is stopped like an interrupted one and the exception propagates.
 
     Returns a :class:`RunResult`: ``.ok``, ``.ranks[r].status``, ``.results[r]``,
     ``.logs[r]``, ``.wall_s``.
@@ -210,6 +227,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     _validate(nproc, nnodes, backend, timeout, env, threads, max_procs_override or max_procs(), gpus)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
+    if on_progress is not None and not callable(on_progress):
+        raise TypeError(f"on_progress must be a function taking one progress record (a dict), got {on_progress!r}")
     name, target = resolve_program(program)
     if target[0] == "-m":  # a disttutor program's options are checked before any process starts
         check_args(target[1], args)
@@ -272,6 +291,8 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
             local, text = int(m.group(1)), _TORCH_PREFIX.sub("", m.group(2), count=1)
             if text.startswith(contract.PROGRESS_TAG):
                 bar = _progress(bar, text[len(contract.PROGRESS_TAG):], stream)
+                if on_progress is not None:
+                    _notify(on_progress, text[len(contract.PROGRESS_TAG):])
                 continue
             logs.setdefault((node, local), []).append(text)
             if stream:

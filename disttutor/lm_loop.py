@@ -24,14 +24,17 @@ import math
 import os
 import signal
 import time
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import schedule as profiler_schedule
 
-from disttutor import checkpoint, corpus, lm, perf, runtime
+from disttutor import corpus, lm, perf, runtime
 from disttutor.config import require_non_negative, require_positive
 from disttutor.options import opt
 
@@ -55,6 +58,8 @@ class LMConfig:
     seed: int = opt(0, "seed of the weights, the data order and the dropout streams")
     eval_every: int = opt(20, "validation every this many steps (and at the end)")
     eval_windows: int = opt(32, "validation windows (split over the ranks)")
+    profile_steps: int = opt(0, "torch.profiler records this many steps on every rank (0: none) -> trace_rank{r}.json")
+    profile_from: int = opt(4, "first profiled step (after one warm-up step; later than the first steps' one-off costs)")
     sample_chars: int = opt(160, "characters generated before and after training (0: none)")
     ckpt_dir: str = opt("", "checkpoint directory ('': no checkpoints, no resume)")
     ckpt_every: int = opt(0, "save a checkpoint every this many steps (0: never)")
@@ -67,11 +72,15 @@ class LMConfig:
     def __post_init__(self):
         require_positive(self, "steps", "seq_len", "micro_batch", "accum", "d_model", "heads", "layers",
                          "eval_every", "eval_windows", "keep")
-        require_non_negative(self, "warmup", "weight_decay", "clip", "sample_chars", "ckpt_every", "fail_rank")
+        require_non_negative(self, "warmup", "weight_decay", "clip", "sample_chars", "ckpt_every", "fail_rank",
+                             "profile_steps")
         if self.d_model % self.heads or self.d_model % 2:
             raise ValueError(f"d_model ({self.d_model}) must be even and a multiple of heads ({self.heads})")
         if not 0 <= self.dropout < 1 or not self.lr > 0:
             raise ValueError(f"need 0 <= dropout < 1 and lr > 0, got dropout={self.dropout}, lr={self.lr}")
+        if self.profile_steps and not 1 <= self.profile_from <= self.steps - self.profile_steps:
+            raise ValueError(f"the profiled steps {self.profile_from}..{self.profile_from + self.profile_steps - 1} "
+                             f"need 1 <= profile_from and must end by the last step ({self.steps - 1})")
         if self.ckpt_every and not self.ckpt_dir:
             raise ValueError("ckpt_every needs a ckpt_dir")
         if self.fail_at_step >= 0 and not (self.ckpt_dir and self.ckpt_every) and not self.fail_always:
@@ -101,10 +110,24 @@ def _die(cfg: LMConfig, ctx: runtime.Context, where: str) -> None:
 
 def default_resume(ckpt_dir: str, model, optimizer, scheduler) -> int:
     """Restore the newest complete checkpoint (if any); return the number of steps it had done."""
+    from disttutor import checkpoint
+
     path = checkpoint.latest(ckpt_dir)
     if path is None:
         return 0
     return checkpoint.load(path, model, optimizer, scheduler=scheduler)["step"]
+
+
+def _profiler(cfg: LMConfig, ctx: runtime.Context, done: int):
+    """Chapter 9's profiler over steps ``profile_from ..`` (+1 warm-up step before them): one Chrome
+    trace per rank, ``trace_rank{r}.json`` in the run directory, read by :mod:`disttutor.traces`."""
+    wait = cfg.profile_from - 1 - done  # prof.step() is called once per step from `done` on
+    if not cfg.profile_steps or wait < 0:  # nothing to profile (or a resumed attempt started later)
+        return contextlib.nullcontext(types.SimpleNamespace(step=lambda: None))
+    trace = os.path.join(runtime.run_dir() or ".", f"trace_rank{ctx.rank}.json")
+    return profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else []),
+                   schedule=profiler_schedule(wait=wait, warmup=1, active=cfg.profile_steps, repeat=1),
+                   on_trace_ready=lambda p: p.export_chrome_trace(trace))
 
 
 @torch.no_grad()
@@ -142,6 +165,8 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
     history: dict[str, Any] = {"loss": [], "val": {}, "lr": []}
     done = 0
     if cfg.ckpt_dir:
+        # imported only here: torch.distributed.checkpoint costs each rank 2-6 s of start-up
+        from disttutor import checkpoint
         if ctx.rank == 0:
             os.makedirs(cfg.ckpt_dir, exist_ok=True)
         dist.barrier()
@@ -159,53 +184,65 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
     if cfg.sample_chars and done == 0 and ctx.rank == 0:
         out["text_before"] = tok.decode(lm.generate(model, tok.encode("And God said"), cfg.sample_chars, seed=1))
     times = {"data": 0.0, "local": 0.0, "sync": 0.0, "step": 0.0}
+    desc = f"training (attempt {attempt() + 1})"
     t_start = time.perf_counter()
-    for step in range(done, cfg.steps):
-        if step == cfg.fail_at_step and not cfg.fail_in_save:
-            _die(cfg, ctx, f"at step {step}")
-        if str(step) not in history["val"] and step % cfg.eval_every == 0:
-            history["val"][str(step)] = evaluate(model, val_w, ctx)
-        opt_.zero_grad(set_to_none=True)
-        step_loss = torch.zeros((), device=ctx.device)
-        for j in range(cfg.accum):
-            t0 = time.perf_counter()
-            xb = corpus.micro_batch(train_w, step * cfg.accum + j, cfg.micro_batch, ctx.rank, ctx.world_size,
-                                    cfg.seed).to(ctx.device)
-            t1 = time.perf_counter()
-            last = j == cfg.accum - 1
-            # no_sync(): accumulate locally; only the last backward of the step all-reduces.
-            with (contextlib.nullcontext() if last else ddp.no_sync()):
-                with torch.autocast(ctx.device.type, dtype=prec.dtype) if prec else contextlib.nullcontext():
-                    loss = lm.window_loss(ddp, xb) / cfg.accum  # / accum: the step's gradient is a mean
-                scaler.scale(loss).backward()
-            step_loss += loss.detach()
-            times["data"] += t1 - t0
-            times["sync" if last else "local"] += time.perf_counter() - t1
-        t2 = time.perf_counter()
-        scaler.unscale_(opt_)  # clip the TRUE gradients (a no-op when the scaler is disabled)
-        torch.nn.utils.clip_grad_norm_(ddp.parameters(), cfg.clip)
-        scaler.step(opt_)
-        scaler.update()
-        history["lr"].append(sched.get_last_lr()[0])
-        sched.step()
-        dist.all_reduce(step_loss)  # the reported loss is the mean over ranks (one scalar)
-        history["loss"].append(float(step_loss) / ctx.world_size)
-        times["step"] += time.perf_counter() - t2
-        runtime.progress(step + 1, cfg.steps, desc=f"training (attempt {attempt() + 1})", loss=history["loss"][-1])
-        if ctx.rank == 0 and cfg.ckpt_dir:
-            with open(os.path.join(cfg.ckpt_dir, "history.jsonl"), "a") as f:
-                f.write(json.dumps({"attempt": attempt(), "step": step, "loss": history["loss"][-1]}) + "\n")
-        if cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0 and step + 1 < cfg.steps:
-            fail = step + 1 == cfg.fail_at_step and cfg.fail_in_save
-            checkpoint.save(cfg.ckpt_dir, step + 1, model, opt_, scheduler=sched, scaler=scaler,
-                            extra={"history": history}, keep=cfg.keep,
-                            before_commit=(lambda: _die(cfg, ctx, f"inside the save of step {step + 1}"))
-                            if fail else None)
+    # record_function regions are the names chapter 9's disttutor.traces reads (and cost ~nothing
+    # when no profiler is recording); the backend's all-reduces are recorded as "gloo:..."/"nccl:...".
+    with _profiler(cfg, ctx, done) as prof:
+        for step in range(done, cfg.steps):
+            if step == cfg.fail_at_step and not cfg.fail_in_save:
+                _die(cfg, ctx, f"at step {step}")
+            if str(step) not in history["val"] and step % cfg.eval_every == 0:
+                history["val"][str(step)] = evaluate(model, val_w, ctx)
+                runtime.progress(step, cfg.steps, desc=desc, val=history["val"][str(step)])  # for a live plot
+            opt_.zero_grad(set_to_none=True)
+            step_loss = torch.zeros((), device=ctx.device)
+            for j in range(cfg.accum):
+                t0 = time.perf_counter()
+                with record_function("data"):
+                    xb = corpus.micro_batch(train_w, step * cfg.accum + j, cfg.micro_batch, ctx.rank,
+                                            ctx.world_size, cfg.seed).to(ctx.device)
+                t1 = time.perf_counter()
+                last = j == cfg.accum - 1
+                # no_sync(): accumulate locally; only the last backward of the step all-reduces.
+                with (contextlib.nullcontext() if last else ddp.no_sync()):
+                    with record_function("forward"):
+                        with torch.autocast(ctx.device.type, dtype=prec.dtype) if prec else contextlib.nullcontext():
+                            loss = lm.window_loss(ddp, xb) / cfg.accum  # / accum: the step's gradient is a mean
+                    with record_function("backward"):  # (activation checkpointing re-runs forward in here)
+                        scaler.scale(loss).backward()
+                step_loss += loss.detach()
+                times["data"] += t1 - t0
+                times["sync" if last else "local"] += time.perf_counter() - t1
+            t2 = time.perf_counter()
+            with record_function("optimizer"):
+                scaler.unscale_(opt_)  # clip the TRUE gradients (a no-op when the scaler is disabled)
+                torch.nn.utils.clip_grad_norm_(ddp.parameters(), cfg.clip)
+                scaler.step(opt_)
+                scaler.update()
+                history["lr"].append(sched.get_last_lr()[0])
+                sched.step()
+                dist.all_reduce(step_loss)  # the reported loss is the mean over ranks (one scalar)
+            history["loss"].append(float(step_loss) / ctx.world_size)
+            times["step"] += time.perf_counter() - t2
+            runtime.progress(step + 1, cfg.steps, desc=desc, loss=history["loss"][-1])
+            if ctx.rank == 0 and cfg.ckpt_dir:
+                with open(os.path.join(cfg.ckpt_dir, "history.jsonl"), "a") as f:
+                    f.write(json.dumps({"attempt": attempt(), "step": step, "loss": history["loss"][-1]}) + "\n")
+            if cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0 and step + 1 < cfg.steps:
+                fail = step + 1 == cfg.fail_at_step and cfg.fail_in_save
+                checkpoint.save(cfg.ckpt_dir, step + 1, model, opt_, scheduler=sched, scaler=scaler,
+                                extra={"history": history}, keep=cfg.keep,
+                                before_commit=(lambda: _die(cfg, ctx, f"inside the save of step {step + 1}"))
+                                if fail else None)
+            prof.step()
     wall = time.perf_counter() - t_start
     history["val"][str(cfg.steps)] = evaluate(model, val_w, ctx)
+    runtime.progress(cfg.steps, cfg.steps, desc=desc, val=history["val"][str(cfg.steps)])
     n_steps = cfg.steps - resumed_from
     tokens = n_steps * cfg.accum * cfg.micro_batch * cfg.seq_len  # per rank
     out.update(history=history, wall_s=wall, steps_run=n_steps, tokens_per_s_rank=tokens / wall if wall else 0.0,
+               tokens_per_step_rank=cfg.accum * cfg.micro_batch * cfg.seq_len,
                times={k: v / max(1, n_steps) for k, v in times.items()})
     if cfg.sample_chars and ctx.rank == 0:
         out["text_after"] = tok.decode(lm.generate(model, tok.encode("And God said"), cfg.sample_chars, seed=1))

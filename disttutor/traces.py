@@ -2,7 +2,7 @@
 
 A Chrome trace is JSON: ``{"traceEvents": [{"name", "ph", "ts", "dur", ...}]}``,
 times in microseconds. Complete events (``ph == "X"``) carry a duration. We keep
-our own ``record_function`` regions (forward, backward, optimizer) and the
+our own ``record_function`` regions (forward, backward, optimizer; data in chapter 10) and the
 communication the backend recorded (``gloo:all_reduce`` / ``nccl:all_reduce``,
 run by the backend's own thread, so it overlaps ``backward``).
 """
@@ -13,7 +13,7 @@ import json
 import os
 import re
 
-REGIONS = ("forward", "backward", "optimizer")
+REGIONS = ("forward", "backward", "optimizer", "data")  # "data": chapter 10's input batches
 _COMM = re.compile(r"^(gloo|nccl):")
 _RANK = re.compile(r"trace_rank(\d+)\.json$")
 

@@ -111,6 +111,7 @@ def test_two_simulated_nodes(no_leftovers):
     (dict(nproc=2, args="--size 3"), TypeError, "not a single string"),
     (dict(nproc=2, nprocs=2), TypeError, "unknown option"),
     (dict(nproc=2, env={"A": 1}), TypeError, "env must be a dict of str -> str"),
+    (dict(nproc=2, on_progress="plot"), TypeError, "on_progress must be a function"),
 ])
 def test_bad_input_is_rejected_before_anything_starts(kwargs, exc, words, monkeypatch):
     started = []
@@ -141,3 +142,40 @@ def test_user_script_path_runs(tmp_path, no_leftovers):
         "    runtime.report(max=t.item())\n")
     res = disttutor.launch(str(script), 3, stream=False, timeout=90)
     assert [r["max"] for r in res.results] == [2.0, 2.0, 2.0]
+
+
+_PROGRESS_SCRIPT = (
+    "import time\n"
+    "from disttutor import runtime\n"
+    "with runtime.setup() as ctx:\n"
+    "    for s in range(1, 4):\n"
+    "        runtime.progress(s, 3, desc='demo', loss=10.0 / s)  # rank 0's lines only\n"
+    "    print('@@disttutor-progress not json')  # a garbled line is skipped, not fatal\n"
+    "    time.sleep(float(__import__('sys').argv[1]))\n"
+    "    runtime.report(done=True)\n")
+
+
+@pytest.mark.timeout(150)
+def test_on_progress_gets_rank0_records_in_order(tmp_path, no_leftovers):
+    script = tmp_path / "prog.py"
+    script.write_text(_PROGRESS_SCRIPT)
+    seen = []
+    res = disttutor.launch(str(script), 2, ["0"], stream=False, timeout=90, on_progress=seen.append)
+    assert res.ok and res.results[0]["done"]
+    # stream=False hides the bar, not the callback; rank 1's progress() prints nothing.
+    assert [(r["step"], r["total"], r["desc"], r["metrics"]) for r in seen] == \
+        [(s, 3, "demo", {"loss": 10.0 / s}) for s in range(1, 4)]
+
+
+@pytest.mark.timeout(150)
+def test_a_failing_on_progress_stops_the_job(tmp_path, no_leftovers):
+    script = tmp_path / "prog.py"
+    script.write_text(_PROGRESS_SCRIPT)
+
+    def broken(record):
+        raise RuntimeError(f"plot failed at step {record['step']}")
+
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="plot failed at step 1"):
+        disttutor.launch(str(script), 2, ["60"], stream=False, timeout=90, on_progress=broken)
+    assert time.perf_counter() - t0 < 45  # stopped at once, not after the ranks' 60 s sleep

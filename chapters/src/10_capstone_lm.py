@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 import disttutor
-from disttutor import corpus, lm, lm_article
+from disttutor import corpus, lm, lm_article, lm_profile
 from disttutor.checks.resume import check_resume
 from disttutor.lm_loop import LMConfig
 from disttutor.programs.lm_train import FINAL_PARAMS
@@ -182,14 +182,23 @@ print("bf16 gains", "less than 20%: not worth its lower precision here" if bf16_
       else f"{100 * (1 - bf16_ms / fp32_ms):.0f}% on this CPU: try amp='on'")
 
 # %% [markdown]
-# On the 2-core machine this chapter was built on, bf16 brought no clear gain for a model this small
-# (its matrix products are too small for bf16 kernels to pay off, and the casts cost time), so
-# `amp="auto"` trains in fp32 on CPU and uses autocast (fp16 + `GradScaler`, the article's case, or
-# bf16) on GPUs. CPUs with bf16 matrix units may answer differently: the line above says.
+# Whether bf16 pays off on a CPU depends on the CPU (bf16 matrix units or not) and, for a model this
+# small, on whether its matrix products are big enough to repay the casts; on a busy machine a few
+# steps are also a noisy measurement (the line above gives the load). Our training runs keep fp32 on
+# CPU (`amp="auto"`) and use autocast (fp16 + `GradScaler`, the article's case, or bf16) on GPUs;
+# pass `amp="on"` if the line above shows a clear gain on your CPU.
+
+# %% [markdown]
+# Now the real run: 2 ranks, a few minutes at most. The progress bar and the plot below it follow
+# rank 0's progress lines while the job runs (`launch(..., on_progress=live)` hands each record to
+# `viz.LiveLoss`, which redraws at most every 2 s); the same launch also records steps 5–7 with
+# chapter 9's `torch.profiler` on every rank (`profile_steps=3`), so throughput and the time split
+# below come from this very run.
 
 # %%
-cfg = LMConfig(steps=160, eval_every=20)
-train_run = disttutor.launch("lm_train", 2, cfg, stream=True, timeout=400)
+cfg = LMConfig(steps=60, eval_every=10, sample_chars=100, profile_steps=3, profile_from=5)
+with viz.LiveLoss() as live:
+    train_run = disttutor.launch("lm_train", 2, cfg, stream=True, timeout=400, on_progress=live)
 r = train_run.results[0]
 val = r["history"]["val"]
 print(f"validation loss {val['0']:.3f} -> {val[str(cfg.steps)]:.3f} in {r['wall_s']:.0f} s of training "
@@ -198,24 +207,59 @@ print(f"validation loss {val['0']:.3f} -> {val[str(cfg.steps)]:.3f} in {r['wall_
 # %% tags=["nbval-check-output"]
 assert val[str(cfg.steps)] < val["0"] - 1.0, val  # a clear drop: from uniform guessing (ln 60 = 4.1) to < 3.1
 assert r["ddp_state_dict_key"].startswith("module."), r["ddp_state_dict_key"]
+# the live plot saw every step and every validation the run reported
+assert [live.train[s] for s in range(cfg.steps)] == r["history"]["loss"] and live.val == {int(k): v for k, v in val.items()}
 print("validation loss fell by more than 1 nat per character; DDP's own state_dict keys start with 'module.'")
+print(f"the live plot received all {len(live.train)} train and {len(live.val)} validation points")
 
 # %%
 viz.plot_training(r["history"])
 plt.show()
-tokens_s = r["tokens_per_s_rank"]
-t = r["times"]
-print(f"throughput: {tokens_s:.0f} tokens/s per rank, {tokens_s * train_run.world_size:.0f} in total")
-print(f"per step: data {1e3 * t['data']:.1f} ms, no_sync micro-batch {1e3 * t['local']:.0f} ms, "
-      f"synchronising micro-batch {1e3 * t['sync']:.0f} ms, clip+step {1e3 * t['step']:.1f} ms")
-print(f"communication (estimate: synchronising minus no_sync micro-batch): {1e3 * (t['sync'] - t['local']):.0f} ms")
-print("\nbefore training:", repr(r["text_before"][:100]))
+print("before training:", repr(r["text_before"][:100]))
 print("after training: ", repr(r["text_after"][:100]))
 
 # %% [markdown]
 # Before training the characters are uniform noise; after it, spaces, common letter pairs, short
-# words and punctuation appear where English puts them. (A tiny model and about a minute on 2 cores:
-# it will not quote Genesis.)
+# words and punctuation appear where English puts them. (A tiny model and under a minute on 2
+# cores: it will not quote Genesis.)
+#
+# **Throughput and where the time goes.** Each rank wrote a Chrome trace of its profiled steps
+# (`trace_rank{r}.json`; open one in https://ui.perfetto.dev). `disttutor.lm_profile` reads them
+# with chapter 9's `disttutor.traces` and splits each rank's profiled window: an instant in which a
+# gloo collective is in flight counts as **communication** (DDP's gradient all-reduce inside
+# `backward`, its buffer broadcast inside `forward`, the logged loss's all-reduce); otherwise the
+# `data` region is **data**, `forward`/`backward`/`optimizer` are **compute**, and the rest is
+# **other** (Python between regions).
+
+# %%
+prof = lm_profile.summarize(train_run.run_dir, r["tokens_per_step_rank"])
+for rank, s in prof.items():
+    print(f"rank {rank}: {s['tokens_per_s']:.0f} tokens/s over {s['steps']} profiled steps "
+          f"({s['window_ms'] / s['steps']:.0f} ms/step): " + ", ".join(
+              f"{p} {100 * s[p + '_share']:.1f}%" for p in lm_profile.PARTS))
+total_tps = sum(s["tokens_per_s"] for s in prof.values())
+print(f"total: {total_tps:.0f} tokens/s on {len(prof)} ranks (whole run, unprofiled: "
+      f"{r['tokens_per_s_rank'] * train_run.world_size:.0f} tokens/s; load {os.getloadavg()[0]:.1f})")
+
+# %% tags=["nbval-check-output"]
+for rank, s in prof.items():
+    parts = sum(s[p + "_ms"] for p in lm_profile.PARTS)
+    assert abs(parts - s["window_ms"]) < 1e-6 * s["window_ms"], (rank, s)  # the four parts fill the window
+    assert all(s[p + "_ms"] >= 0 for p in lm_profile.PARTS) and s["communication_ms"] > 0, s
+    # every collective ran while the main thread was inside a region (5%: clock granularity at the edges)
+    assert s["comm_outside_regions_ms"] <= 0.05 * s["communication_ms"], s
+    if not torch.cuda.is_available():  # the CPU/gloo ordering (on GPUs, kernels run asynchronously)
+        assert s["compute_share"] > s["communication_share"] > s["data_share"], s
+print("per rank: communication + data + compute + other = the profiled window; every collective ran "
+      "inside a region" + ("; compute > communication > data" if not torch.cuda.is_available() else ""))
+
+# %% [markdown]
+# On 2 CPU cores compute dominates: this model is small, but every one of its matrix products runs
+# on the one core its rank has, and activation checkpointing runs the forward twice. The gradient
+# all-reduce is a few % of the step (about 0.1 M parameters: under half a MB per step over loopback);
+# building the next batch is a slice of a tensor and costs almost nothing. Compare the profiled
+# tokens/s with the whole run's: recording every operator costs the profiler some time.
+
 #
 # ## 3. Fault tolerance: kill a rank, restart, resume exactly
 #
@@ -302,7 +346,10 @@ print(check_resume(resume))
 
 # %%
 print(f"validation loss {val['0']:.3f} -> {val[str(cfg.steps)]:.3f}, {r['wall_s']:.0f} s of training on "
-      f"{train_run.world_size} ranks, {tokens_s * train_run.world_size:.0f} tokens/s in total")
+      f"{train_run.world_size} ranks; profiled: " + ", ".join(f"rank {k} {v['tokens_per_s']:.0f}" for k, v in prof.items())
+      + f" tokens/s, {total_tps:.0f} in total")
+print("time split (profiled steps): " + "; ".join(f"rank {k}: " + ", ".join(
+    f"{p} {100 * v[p + '_share']:.0f}%" for p in lm_profile.PARTS) for k, v in prof.items()))
 print(f"fault injection: killed at step 9, restarted, resumed from step {fr['resumed_from']}, "
       f"max parameter difference {max_diff}")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import os
 
-import torch
+# torch.profiler's library (kineto) prints "profiler_start/stop" lines on every rank; 6 = above its
+# highest level: silent. Read when torch loads, so set before the import (the caller's value wins).
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
-from disttutor import runtime
-from disttutor.lm_loop import LMConfig, train
-from disttutor.options import cli
+import torch  # noqa: E402
+
+from disttutor import runtime  # noqa: E402
+from disttutor.lm_loop import LMConfig, train  # noqa: E402
+from disttutor.options import cli  # noqa: E402
 
 FINAL_PARAMS = "final_params.pt"
 
