@@ -70,7 +70,7 @@ def test_the_notebook_cell_is_the_broken_program_and_marked_for_nbgrader(ex_id):
      "with ddp_model.no_sync():", "solution", "the gradients were never all-reduced"),
     # no_sync() right, the loss not divided
     ("loss not divided", ") / n\n", ")\n", "solution", "divide each micro-batch's loss by len(micro_batches)"),
-])
+], ids=["original", "no-no_sync", "all-in-no_sync", "loss-not-divided"])
 def test_9_2_rejects_the_broken_program_and_half_fixes(case, old, new, start, expected, no_leftovers):
     r = check("9.2", variant("9.2", old, new, start))
     assert not r.passed, case
@@ -93,7 +93,7 @@ def test_9_2_rejects_the_broken_program_and_half_fixes(case, old, new, start, ex
     # the tempting half-fix: only rank 0 all-reduces the loss -- a hang, ended by the collective timeout
     ("rank-0 all_reduce", "            dist.all_reduce(mean)", "            if dist.get_rank() == 0:\n"
      "                dist.all_reduce(mean)", "solution", ["Timed out", "if rank == 0: dist.all_reduce(...)"]),
-])
+], ids=["original", "local-log", "no-set_epoch", "rank0-all_reduce"])
 def test_9_3_rejects_the_broken_program_and_half_fixes(case, old, new, start, expected, no_leftovers):
     r = check("9.3", variant("9.3", old, new, start))
     assert not r.passed, case
