@@ -52,3 +52,60 @@ def segments(events: list[dict]) -> dict[str, list[tuple[float, float]]]:
 def totals(events: list[dict]) -> dict[str, float]:
     """Milliseconds per kind over the profiled steps."""
     return {k: round(sum(d for _, d in v), 2) for k, v in segments(events).items()}
+
+
+#: Holistic Trace Analysis' analyses tried on these CPU traces by :func:`hta_probe` (all made for GPU kernels).
+HTA_CALLS = ("get_temporal_breakdown", "get_comm_comp_overlap", "get_idle_time_breakdown",
+             "get_gpu_kernel_breakdown", "get_potential_stragglers", "get_profiler_steps")
+
+
+def hta_probe(run_dir: str) -> list[str] | None:
+    """What Holistic Trace Analysis (``pip install HolisticTraceAnalysis``) makes of these traces.
+
+    One line per analysis: what it returned or raised. None if HTA is not installed. HTA is not a
+    dependency of the course: on CPU (gloo) traces its analyses find no GPU kernels (chapter 9).
+    """
+    import contextlib
+    import io
+    import logging
+    import shutil
+    import tempfile
+    import warnings
+
+    try:
+        from hta.trace_analysis import TraceAnalysis
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory(prefix="disttutor-hta-") as d:
+        for path in glob.glob(os.path.join(run_dir, "trace_rank*.json")):  # HTA reads every .json it finds
+            shutil.copy(path, d)
+        quiet = io.StringIO()  # HTA prints a line per parsed file and logs per call: keep only the answers
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            level = logging.root.manager.disable
+            logging.disable(logging.CRITICAL)
+            try:
+                analysis = TraceAnalysis(trace_dir=d)
+                lines = [f"parsed ranks {sorted(int(r) for r in analysis.t.get_ranks())}: "
+                         f"{len(analysis.t.get_trace(0))} events of rank 0 as a DataFrame"]
+                for name in HTA_CALLS:
+                    try:
+                        out = getattr(analysis, name)(**({"visualize": False} if "breakdown" in name
+                                                          or "overlap" in name else {}))
+                        lines.append(f"{name}: {_describe(out)}")
+                    except Exception as e:  # exactly what a learner would see raised
+                        lines.append(f"{name}: raised {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            finally:
+                logging.disable(level)
+    return lines
+
+
+def _describe(out) -> str:
+    """A one-line description of what an HTA call returned (DataFrames, tuples of them, lists)."""
+    if isinstance(out, tuple):
+        return "(" + ", ".join(_describe(o) for o in out) + ")"
+    if hasattr(out, "empty") and hasattr(out, "columns"):
+        if out.empty:
+            return "an empty DataFrame"
+        return f"a DataFrame {out.shape[0]}x{out.shape[1]}: " + " ".join(out.to_string(index=False).split())[:120]
+    return f"{type(out).__name__} {out!r}"[:120]

@@ -91,12 +91,20 @@ def _checker_calls() -> dict[str, str]:
     return {e.checker.split(":")[1]: e.id for e in EXERCISES}
 
 
+def _broken_programs() -> dict[str, str]:
+    """``{function name: exercise id}`` of the "fix the bug" exercises: their cell holds a broken program."""
+    sys.path.insert(0, ROOT)
+    from disttutor.checks.registry import EXERCISES
+
+    return {e.stub: e.id for e in EXERCISES if e.broken}
+
+
 def cell_metadata(c: dict) -> dict:
     """What a cell's metadata says, derived from its source: its tags, and nbgrader's marks.
 
     nbgrader's conventions (schema 3), so a course that uses nbgrader takes the exercises as they
     are (and ``disttutor grade`` finds the learner's cell by its ``grade_id``): the cell with an
-    exercise's stub is the learner's *solution* cell, ``grade_id: "exercise-N.M"``; the cell that
+    exercise's stub (or, for a "fix the bug" exercise, its broken program) is the learner's *solution* cell, ``grade_id: "exercise-N.M"``; the cell that
     calls the exercise's checker is *read-only* (``locked``). Neither is an nbgrader *grade* cell:
     the checker cells print a result instead of raising, so that a chapter runs top to bottom
     before the learner has written anything (``disttutor grade`` does the grading).
@@ -105,9 +113,11 @@ def cell_metadata(c: dict) -> dict:
     if c["type"] != "code":
         return meta
     stub = _STUB.search(c["source"])
+    stub_id = stub.group(1) if stub else next(  # or the cell that defines a "fix the bug" exercise's program
+        (ex for fn, ex in _broken_programs().items() if re.search(rf"^def {fn}\(", c["source"], re.M)), None)
     called = [ex for fn, ex in _checker_calls().items() if re.search(rf"\b{fn}\(", c["source"])]
-    if stub:
-        meta["nbgrader"] = {"grade": False, "grade_id": f"exercise-{stub.group(1)}", "locked": False,
+    if stub_id:
+        meta["nbgrader"] = {"grade": False, "grade_id": f"exercise-{stub_id}", "locked": False,
                             "schema_version": 3, "solution": True}
     elif called:
         meta["nbgrader"] = {"grade": False, "grade_id": f"check-{called[0]}", "locked": True,

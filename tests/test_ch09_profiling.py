@@ -37,6 +37,16 @@ def test_one_trace_per_rank_and_the_straggler_shows(no_leftovers):
     assert tot[1]["forward"] > tot[0]["forward"] + 3 * 40 * 0.9
     assert tot[0]["backward"] > tot[1]["backward"]  # rank 0 waits for rank 1 inside backward
     assert tot[0]["comm"] > 0 and all(r["peak_bytes"] > 0 and r["top_ops"] for r in res.results)
+    # Holistic Trace Analysis (optional, not a dependency): what the chapter says it does on CPU traces
+    probe = traces.hta_probe(run_dir)
+    try:
+        import hta  # noqa: F401
+    except ImportError:
+        assert probe is None
+    else:
+        assert probe[0].startswith("parsed ranks [0, 1]:"), probe
+        assert "get_gpu_kernel_breakdown: (an empty DataFrame, an empty DataFrame)" in probe, probe
+        assert any(ln.startswith("get_idle_time_breakdown: raised ValueError") for ln in probe), probe
 
 
 @pytest.mark.timeout(600)

@@ -11,6 +11,7 @@ import pytest
 
 from disttutor.checks import EXERCISES, check, exercise, hint
 from disttutor.checks.adapter import resolve_path, to_source
+from disttutor.checks.fixbug import unchanged
 from disttutor.grade import extract
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +47,10 @@ def test_registry_covers_the_chapters_and_is_consistent():
     for e in EXERCISES:
         assert os.path.isfile(os.path.join(ROOT, e.solution)), e.solution
         assert callable(e.check_function())
-        assert f'NotImplementedError("Exercise {e.id}:' in stub_source(e)
+        if e.broken:  # a "fix the bug" exercise starts from a broken program: the notebook's cell is it
+            assert unchanged(stub_source(e), e.broken, e.stub), f"{e.id}: the notebook's cell differs from {e.broken}"
+        else:
+            assert f'NotImplementedError("Exercise {e.id}:' in stub_source(e)
         # progressive hints: numbered, and the last step names the solution
         assert hint(e.id, 1).startswith(f"Exercise {e.id}, hint 1/{len(e.hints)}")
         assert e.solution in hint(e.id, len(e.hints) + 1)
@@ -71,7 +75,8 @@ def test_solutions_are_found_by_id_or_repo_path_from_any_directory(tmp_path, mon
 def test_untouched_stub_fails_naming_its_exercise(ex_id, no_leftovers):
     res = check(ex_id, stub_source(exercise(ex_id)))
     assert not res.passed
-    assert f"Exercise {ex_id}: not passed yet" in str(res) and f"still a stub -- Exercise {ex_id}:" in str(res)
+    start = "still the broken program" if exercise(ex_id).broken else "still a stub"
+    assert f"Exercise {ex_id}: not passed yet" in str(res) and f"{start} -- Exercise {ex_id}:" in str(res)
     assert len(res.problems) == 1  # said once, not once per rank
 
 

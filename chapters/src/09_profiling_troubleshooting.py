@@ -10,7 +10,8 @@
 # stuck?** Every reproduction is bounded by a few seconds of collective timeout; no cell can hang.
 #
 # At the end, §9.1: the profiler on every rank, a compute-vs-communication timeline per rank, and a
-# straggler to find from the traces (Exercise 9.1).
+# straggler to find from the traces (Exercise 9.1); then two broken training programs from the table to
+# fix (Exercises 9.2 and 9.3).
 #
 # Start at the index: find your error text there, jump to its entry.
 
@@ -180,17 +181,43 @@ assert tot[1]["forward"] > tot[0]["forward"] + 3 * 40 * 0.9  # 3 profiled steps 
 assert tot[0]["backward"] > tot[1]["backward"]                # the fast rank waits inside backward
 
 # %% [markdown]
-# **TensorBoard.** The article exports with `torch.profiler.tensorboard_trace_handler('./log')`. That
-# handler still exists in this PyTorch (checked below); it writes the same Chrome-trace JSON, for the
-# separate `torch-tb-profiler` TensorBoard plugin, whose status we did not check here. You need
-# neither: `prof.export_chrome_trace(path)` (what we used) opens directly in Perfetto. Holistic
-# Trace Analysis (a library for multi-rank traces) was not tried in this chapter.
+# **TensorBoard.** The article exports with `torch.profiler.tensorboard_trace_handler('./log')` for
+# TensorBoard's profiler plugin, `torch-tb-profiler`. That plugin is **deprecated**:
+#
+# * PyTorch's tutorial *PyTorch Profiler With TensorBoard* now opens with "The TensorBoard integration
+#   with the PyTorch profiler is now deprecated. Instead, use Perfetto or the Chrome trace to view
+#   `trace.json` files" (added in pytorch/tutorials#3128, October 2024); a kineto maintainer dates the
+#   deprecation to 23 August 2023 (pytorch/kineto#1009); kineto#1254 (February 2026) made the plugin
+#   warn that it is "scheduled for removal on 03/05/2026" (RFC: pytorch/kineto#1248).
+# * Its last release on PyPI is **0.4.3** (`pip index versions torch-tb-profiler`: 0.4.3, 0.4.1, 0.4.0,
+#   0.3.1, ...); the files in that wheel are dated 2023-10-06; it needs `pandas` and `tensorboard`. The
+#   course does not install it.
+#
+# The handler itself still exists in this PyTorch (checked below) and writes the same Chrome-trace JSON
+# as `prof.export_chrome_trace(path)` (what we used): open it in https://ui.perfetto.dev or
+# `chrome://tracing`.
 
 # %%
 import torch
 
 print(torch.__version__, "tensorboard_trace_handler:", callable(torch.profiler.tensorboard_trace_handler))
 assert callable(torch.profiler.tensorboard_trace_handler)
+
+# %% [markdown]
+# **Holistic Trace Analysis** (HTA, `pip install HolisticTraceAnalysis`; the kineto project names it the
+# plugin's successor) reads these traces, but its analyses are made for GPU kernels. Tried on this
+# chapter's 2-rank gloo traces with HTA 0.5.0 and torch 2.13 (CPU): `TraceAnalysis(trace_dir=...)` parses
+# both ranks into DataFrames; `get_temporal_breakdown()` raised `IndexError: single positional indexer is
+# out-of-bounds`, `get_idle_time_breakdown()` raised `ValueError: No objects to concatenate`,
+# `get_potential_stragglers()` raised `ValueError: attempt to get argmax of an empty sequence`,
+# `get_comm_comp_overlap()` returned NaN for both ranks and `get_gpu_kernel_breakdown()` two empty
+# tables. So on CPU it saves no parsing (`disttutor/traces.py` reads the JSON in a few lines) and the
+# course does not depend on it; on a GPU job with NCCL its breakdowns are the tool to reach for. Where HTA
+# is installed, this cell runs the same calls on the traces above:
+
+# %%
+probe = traces.hta_probe(prof_dir)
+print("HTA is not installed here: nothing to run." if probe is None else "\n".join(probe))
 
 # %% [markdown]
 # ### Exercise 9.1 — find the straggler
@@ -219,6 +246,82 @@ check_straggler(find_straggler)
 res91 = check_straggler("solutions/ex9_1_find_straggler.py")
 print(res91)
 assert res91.passed
+
+# %% [markdown]
+# ## Fix the bug (Exercises 9.2 and 9.3)
+#
+# Two programs that meet entries of the table above and **run without an error, but are wrong**. Each
+# cell below holds the broken program: fix it in place, run the cell, then the check. The checker runs
+# your function on 2 gloo ranks, each collective bounded by a 10 s timeout (a version that hangs ends
+# with a message), and compares the weights (and, for 9.3, the log) with **one process that replays
+# every rank's batches** on the same model. `disttutor.checks.hint("9.2")` gives a nudge, then more.
+#
+# ### Exercise 9.2 — gradient accumulation under DDP
+#
+# `accumulate_step(ddp_model, optimizer, micro_batches)` gets this rank's micro-batches and must make
+# the step that one SGD step on the **mean** loss over all ranks' samples makes, with **one**
+# all-reduce per step (the checker counts DDP's all-reduces with a communication hook). See the entry
+# [accumulation without `no_sync`](#accumulation_without_no_sync).
+
+# %%
+def accumulate_step(ddp_model, optimizer, micro_batches):
+    """One optimizer step over this rank's micro-batches (gradient accumulation under DDP).
+
+    Should move the weights exactly as one SGD step on the mean loss of ALL ranks' samples.
+    """
+    optimizer.zero_grad()
+    for x, y in micro_batches:
+        loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+        loss.backward()
+    optimizer.step()
+
+
+# %%
+from disttutor.checks.fixbug import check_accumulation, check_epochs
+
+check_accumulation(accumulate_step)
+
+# %% [markdown]
+# ### Exercise 9.3 — reshuffle every epoch, log the global loss
+#
+# `train_epochs(ddp_model, optimizer, dataset, epochs, batch_size)` trains on this rank's share of the
+# dataset and returns a log with one entry per step: the mean loss over **all** ranks' samples of that
+# step. See the entries [`set_epoch`](#set_epoch) and [a rank-local loss](#rank_local_loss). Careful with
+# the log: a collective that only rank 0 calls (`if rank == 0: dist.all_reduce(...)`) waits forever for
+# the other ranks.
+
+# %%
+def train_epochs(ddp_model, optimizer, dataset, epochs, batch_size):
+    """Train for `epochs` epochs on this rank's share of `dataset`; return the loss log.
+
+    The log has one entry per step: the mean loss over ALL ranks' samples of that step.
+    """
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    log = []
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+            loss.backward()
+            optimizer.step()
+            log.append(loss.item())
+    return log
+
+
+# %%
+check_epochs(train_epochs)
+
+# %% [markdown]
+# The reference solutions, checked the same way (on real ranks):
+
+# %%
+res92 = check_accumulation("solutions/ex9_2_accumulate_step.py")
+res93 = check_epochs("solutions/ex9_3_train_epochs.py")
+print(res92, res93, sep="\n")
+assert res92.passed and res93.passed
 
 # %% [markdown]
 # ## What this chapter measured

@@ -22,6 +22,9 @@ class Exercise:
     checker: str               # "module:function" called as function(learner_obj) -> CheckResult
     solution: str              # path relative to the repository root
     hints: tuple[str, ...] = ()  # progressive: a first nudge, then a stronger one
+    # "fix the bug" exercises start from a broken program, not a NotImplementedError stub: the path
+    # of that program (its checker says "still the broken program" while the learner's code equals it)
+    broken: str = ""
 
     def __post_init__(self):
         if f"{self.chapter}." != self.id[:len(str(self.chapter)) + 1] or ":" not in self.checker:
@@ -106,6 +109,22 @@ EXERCISES: tuple[Exercise, ...] = (
               "is a rank that waited, not the straggler.",
               "Sum the durations of the 'forward' user_annotation events of each rank; the largest is the "
               "straggler (its own work took longest before any communication).")),
+    Exercise("9.2", 9, "fix the bug: gradient accumulation under DDP", "accumulate_step",
+             "disttutor.checks.fixbug:check_accumulation", "solutions/ex9_2_accumulate_step.py", (
+                 "Two bugs, both silent. The step should equal ONE step on the mean loss of all samples: what "
+                 "do the gradients of several backward() calls add up to? And how often does DDP all-reduce?",
+                 "Divide each micro-batch's loss by len(micro_batches). Run all but the last micro-batch inside "
+                 "`with ddp_model.no_sync():` (contextlib.nullcontext() for the last one): gradients accumulate "
+                 "locally, and the last backward all-reduces their sum once."),
+             broken="disttutor/checks/broken/ex9_2_accumulate_step.py"),
+    Exercise("9.3", 9, "fix the bug: set_epoch and a global loss log", "train_epochs",
+             "disttutor.checks.fixbug:check_epochs", "solutions/ex9_3_train_epochs.py", (
+                 "Two bugs, both silent: does epoch 1 see the samples in a new order? And whose loss does "
+                 "loss.item() return on rank 1?",
+                 "sampler.set_epoch(epoch) at the start of each epoch; log a detached copy of the loss after "
+                 "dist.all_reduce (SUM) divided by dist.get_world_size() -- called on EVERY rank, since a "
+                 "collective only rank 0 calls waits forever."),
+             broken="disttutor/checks/broken/ex9_3_train_epochs.py"),
     Exercise("10.1", 10, "resume a training job from its checkpoint", "resume",
              "disttutor.checks.resume:check_resume", "solutions/ex10_1_resume.py",
              ("Everything the next step depends on must come back: weights, AdamW's moments and step counts, "
