@@ -40,6 +40,7 @@ def no_leftovers():
 # times); the rest keep pytest's order.
 SLOW_FIRST = [
     "tests/test_exercises.py",              # every solution on real ranks, and wrong answers
+    "tests/test_ch09_fixbug.py",            # 9.2/9.3: the broken programs and half-fixes on real ranks
     "chapters/10_capstone_lm.ipynb",        # ~200
     "tests/test_ch08_performance.py",       # comm hooks + AMP ~120, tuning, data loading
     "chapters/04_ddp.ipynb",                # ~170

@@ -158,3 +158,17 @@ def test_plot_timeline_one_bar_per_span_on_a_shared_axis():
     assert ax.yaxis_inverted() and ax.get_title() == "test"
     assert ax.get_xlabel() == "time since the first rank started (ms)"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == list(COLORS)
+
+
+def test_profile_timeline_draws_every_kind_of_region_chapter_10_included():
+    from disttutor.viz.profiling import COLORS, plot_timeline
+    from disttutor.traces import REGIONS
+
+    # One complete event per region (chapter 9's three, chapter 10's "data") and a gloo all-reduce.
+    events = [{"name": r, "cat": "user_annotation", "ph": "X", "ts": 10.0 * i, "dur": 5.0}
+              for i, r in enumerate(REGIONS)]
+    events.append({"name": "gloo:all_reduce", "cat": "cpu_op", "ph": "X", "ts": 12.0, "dur": 20.0})
+    fig = plot_timeline({0: events, 1: events})
+    assert set(REGIONS) <= set(COLORS)
+    drawn = {c.get_label() for c in fig.axes[0].collections}
+    assert set(REGIONS) | {"comm"} <= drawn, drawn

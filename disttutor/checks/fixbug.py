@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal
 import torch
 
 from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, resolve_path, run_check, to_source
+from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, resolve_path, run_check, to_source
 from .tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
 
 COLLECTIVE_TIMEOUT_S = 10.0  # a collective only some ranks call is reported after this, not waited for
@@ -209,15 +209,12 @@ def _epochs(fn: Callable, rank: int, world: int, epochs: int, batch: int = 4) ->
 
 
 @dataclass(frozen=True)
-class FixBugCheckConfig:
-    source: str = opt("", "file with the learner's code")
-    name: str = opt("", "the function to check")
+class FixBugCheckConfig(LearnerCode):
     exercise: Literal["accumulation", "epochs"] = opt("accumulation", "9.2 accumulation, 9.3 epochs")
     steps: int = opt(2, "optimizer steps (9.2) or epochs (9.3)")
 
     def __post_init__(self):
-        if not self.source or not self.name.isidentifier():
-            raise ValueError("need --source FILE and a --name that is a Python name")
+        super().__post_init__()
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
 

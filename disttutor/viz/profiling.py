@@ -5,7 +5,8 @@ import matplotlib.pyplot as plt
 
 from ..traces import segments
 
-COLORS = {"forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green", "comm": "tab:red"}
+COLORS = {"forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green", "comm": "tab:red",
+          "data": "tab:gray"}  # chapter 10's input batches
 
 
 def plot_timeline(traces: dict[int, list[dict]], title: str = "profiled steps, per rank"):
