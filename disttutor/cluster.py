@@ -175,8 +175,9 @@ def slurm_script(cfg: ClusterConfig) -> str:
         f"process(es): edit partition, time and image/environment for your site.\n"
         + "".join(f"#SBATCH {s}\n" for s in sb)
         + "\nset -euo pipefail\n"
-        "# The first node of the allocation hosts the c10d rendezvous store.\n"
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+        "# The first node of the allocation hosts the c10d rendezvous store. (sed, not `head -n 1`: head\n"
+        "# exits after one line, and under pipefail scontrol's SIGPIPE would end the job.)\n"
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)\n'
         f"export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-{max(1, cfg.cpus_per_node // cfg.nproc_per_node)}}}\n"
         + exports
         + f'echo "job $SLURM_JOB_ID: $SLURM_NNODES nodes, rendezvous at $head_node:{cfg.port}"\n\n'

@@ -78,7 +78,9 @@ def test_slurm_script_is_valid_bash_and_runs_torchrun_once_per_node(tmp_path):
     # Run the script for real with stub scontrol/srun: srun prints the command it was given.
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name, body in {"scontrol": 'printf "gpu-node-7\\ngpu-node-8\\ngpu-node-9\\n"',
+    # scontrol lists the nodes, then (as a long host list would) keeps writing after the first line:
+    # a script that reads only one line (`| head -n 1` under pipefail) dies of SIGPIPE here, every time.
+    for name, body in {"scontrol": 'printf "gpu-node-7\\ngpu-node-8\\ngpu-node-9\\n"; sleep 0.2; seq 100000',
                        "srun": 'printf "%s\\n" "$@"'}.items():
         (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bindir / name).chmod(stat.S_IRWXU)
