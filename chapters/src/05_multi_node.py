@@ -210,8 +210,10 @@ import json  # noqa: E402
 from disttutor.launch import free_port  # noqa: E402
 from disttutor.procs import kill_tree  # noqa: E402
 
+# Both processes write to one pipe: one os.write of a whole line each (atomic below 4 KiB), because
+# print() may write the text and its newline separately and two lines could interleave.
 SHOW_ARGS = """import json, os, sys
-print("ARGS " + json.dumps({"argv": sys.argv[1:], "LOCAL_RANK": os.environ.get("LOCAL_RANK")}))
+os.write(1, ("ARGS " + json.dumps({"argv": sys.argv[1:], "LOCAL_RANK": os.environ.get("LOCAL_RANK")}) + "\\n").encode())
 """
 
 
