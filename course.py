@@ -272,7 +272,7 @@ def execute(paths: list[str]) -> int:
 def disttutor(cmd: str):
     def passthrough(extra: list[str]) -> int:
         ensure_env()
-        return run_forwarding([PY, "-m", "disttutor.cli", cmd, *extra], env=_env())
+        return run_forwarding([PY, "-m", "disttutor.course.cli", cmd, *extra], env=_env())
     return passthrough
 
 

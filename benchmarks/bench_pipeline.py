@@ -5,7 +5,7 @@ For each schedule and m in (4, 8, 16) micro-batches this launches
 Linear layers; the micro-batch size is fixed, so each slot costs the same
 whatever m is), takes the per-rank forward/backward timestamps of the last
 step and measures the bubble on them exactly as the simulator measures it on
-its drawing (``disttutor.schedules.bubble_stats``). One table, with the gap.
+its drawing (``disttutor.pipeline.schedules.bubble_stats``). One table, with the gap.
 
     .venv/bin/python benchmarks/bench_pipeline.py            # 4 ranks, m = 4, 8, 16
     .venv/bin/python benchmarks/bench_pipeline.py --nproc 2                # one core per rank
@@ -15,7 +15,7 @@ Read it knowing the machine: ranks are processes that share the CPU cores
 stretch when neighbours compute at the same time, and communication and
 Python overhead count as idle. The gap to the formula is what all that costs.
 
-The last columns explain the gap (``disttutor.bubble_model``): the schedule
+The last columns explain the gap (``disttutor.pipeline.bubble_model``): the schedule
 replayed with each rank's measured mean forward/backward and its measured
 mean gaps between slots ("theory + overhead"), the error of that model, the
 share of slot-plus-overhead time spent computing, and how much slots stretched
@@ -39,9 +39,9 @@ import os
 import sys
 
 from disttutor import launch
-from disttutor.results import format_table
-from disttutor.bubble_model import explain_run
-from disttutor.schedules import PipeSpec, bubble_stats, formula, slots_from_events
+from disttutor.launcher.results import format_table
+from disttutor.pipeline.bubble_model import explain_run
+from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, slots_from_events
 
 
 def measure(schedule: str, nproc: int, m: int, mb_size: int, width: int, layers: int, steps: int) -> dict:

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .launch import default_backend, free_port, launch, resolve_program  # noqa: E402
-from .results import LaunchError, LaunchInterrupted, LaunchTimeout, RankResult, RunResult  # noqa: E402
+from disttutor.launcher.launch import default_backend, free_port, launch, resolve_program  # noqa: E402
+from disttutor.launcher.results import LaunchError, LaunchInterrupted, LaunchTimeout, RankResult, RunResult  # noqa: E402
 
 
 def doctor(**kwargs):
     """Check this machine: torch, cores, GPUs, built backends, a 2-rank all-reduce."""
-    from .doctor import doctor as _doctor
+    from disttutor.course.doctor import doctor as _doctor
 
     return _doctor(**kwargs)
 
 
 def load_ipython_extension(ipython):
     """``%load_ext disttutor``: the ``%ranks`` / ``%%ranks`` live-ranks magics (chapter 0)."""
-    from .live.magics import load
+    from disttutor.live.magics import load
 
     load(ipython)
 

@@ -38,7 +38,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from disttutor.procs import PRCTL, die_with_parent  # noqa: E402  (torch-free)
+from disttutor.contract.procs import PRCTL, die_with_parent  # noqa: E402  (torch-free)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # What a widget looks like when it is *not* rendered: its repr, or the manager's error.
 BAD = re.compile(r"Error displaying widget|(?:VBox|HBox|Box|Tab|Accordion)\(children=|"

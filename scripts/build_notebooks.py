@@ -218,7 +218,7 @@ def clean(nb) -> None:
             out.get("metadata", {}).pop("execution", None)
 
 
-HEADER_TAG = "chapter-header"  # the cell that calls disttutor.chapters.header(N)
+HEADER_TAG = "chapter-header"  # the cell that calls disttutor.course.chapters.header(N)
 
 
 def record_build_time(src: str, seconds: float) -> dict:
@@ -246,7 +246,7 @@ def refresh_header(nb, number: int, build: dict) -> None:
     """Re-render the header cell's output with the time just measured (the cell ran before the
     measurement existed, so its output still shows the previous build's time)."""
     sys.path.insert(0, ROOT)
-    from disttutor.chapters import header_markdown
+    from disttutor.course.chapters import header_markdown
 
     for cell in nb.cells:
         if HEADER_TAG in cell.metadata.get("tags", []):

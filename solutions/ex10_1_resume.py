@@ -9,7 +9,7 @@ def resume(ckpt_dir, model, optimizer, scheduler):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from disttutor import checkpoint
+    from disttutor.lm import checkpoint
 
     path = checkpoint.latest(ckpt_dir)  # the newest COMPLETE checkpoint: a half-written .tmp is never chosen
     if path is None:

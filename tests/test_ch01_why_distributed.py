@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 import disttutor
-from disttutor import memory as mem
-from disttutor.data import regression
-from disttutor.models import MLP, seeded
+from disttutor.sharding import memory as mem
+from disttutor.workloads.data import regression
+from disttutor.workloads.models import MLP, seeded
 from disttutor.programs import parallelism as par
 from disttutor.viz import memory as viz
 

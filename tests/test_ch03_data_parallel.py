@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import disttutor
-from disttutor import data_parallel as dp
+from disttutor.data_parallel import dataparallel as dp
 from disttutor.programs.dp_traffic import TrafficConfig
-from disttutor.source import source_lines
+from disttutor.course.source import source_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, D, HIDDEN, STEPS, LR = 12, 10, 100, 2, 0.1  # 12: divisible by 2 and 3 ranks

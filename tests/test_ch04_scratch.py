@@ -5,7 +5,7 @@ import pytest
 
 import disttutor
 from disttutor.checks.ddp import check_bucketed_ddp, check_naive_ddp
-from disttutor.train import TrainConfig
+from disttutor.data_parallel.train import TrainConfig
 
 SOL1, SOL2 = "solutions/ex4_1_naive_ddp.py", "solutions/ex4_2_bucketed_ddp.py"
 from disttutor.checks.tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see there
@@ -22,7 +22,7 @@ def test_train_config_validation():
 
 
 def test_plan_buckets_reverse_order_and_cap():
-    from disttutor.models import MLP
+    from disttutor.workloads.models import MLP
     from disttutor.scratch.buckets import plan_buckets
 
     m = MLP(16, [32, 32], 4)

@@ -11,7 +11,7 @@ import torch
 
 import disttutor
 from disttutor.programs.model_parallel import MPConfig, full_model, reference, stage_of
-from disttutor.timeline import compute_overlap_s
+from disttutor.pipeline.timeline import compute_overlap_s
 
 NPROC = 3
 CFG = MPConfig(steps=4, warmup=1, batch=32, width=16, d_out=4, layers_per_stage=1, lr=0.05, report_params=True)

@@ -1,12 +1,12 @@
-"""Chapter 7's "theory + measured overhead" model (disttutor.bubble_model): exact on synthetic
+"""Chapter 7's "theory + measured overhead" model (disttutor.pipeline.bubble_model): exact on synthetic
 timelines whose costs are known, and on a real run closer to the measured bubble than the formula."""
 from __future__ import annotations
 
 import pytest
 
 from disttutor import launch
-from disttutor.bubble_model import RankCosts, explain, explain_run, rank_costs, replay
-from disttutor.schedules import PipeSpec, bubble_stats, formula, simulate
+from disttutor.pipeline.bubble_model import RankCosts, explain, explain_run, rank_costs, replay
+from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, simulate
 
 TOL = 1e-9  # sums of a few dozen floats of size ~1: only rounding
 

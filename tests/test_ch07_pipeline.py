@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from disttutor import launch
-from disttutor.schedules import PipeSpec, rank_orders, slots_from_events
+from disttutor.pipeline.schedules import PipeSpec, rank_orders, slots_from_events
 
 # float32 weights; the pipeline sums m micro-batch gradients where the reference takes one full-batch
 # gradient, so the last bits differ (seen: ~1e-8). 1e-5 is ~100 float32 ulps at weights of size ~1 over

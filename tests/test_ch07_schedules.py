@@ -8,7 +8,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from disttutor.schedules import (SCHEDULES, PipeSpec, Slot, bubble_stats, formula, peak_in_flight,  # noqa: E402
+from disttutor.pipeline.schedules import (SCHEDULES, PipeSpec, Slot, bubble_stats, formula, peak_in_flight,  # noqa: E402
                                  rank_orders, simulate, slots_from_events)
 
 # Exact rationals in, float arithmetic out: 1e-12 only absorbs float summation error.

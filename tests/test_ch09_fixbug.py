@@ -11,7 +11,7 @@ import pytest
 
 from disttutor.checks import check, exercise
 from disttutor.checks.fixbug import unchanged
-from disttutor.grade import grade
+from disttutor.course.grade import grade
 
 from test_exercises import ROOT, chapter_cells, stub_source
 

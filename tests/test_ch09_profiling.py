@@ -7,7 +7,8 @@ import tempfile
 
 import pytest
 
-from disttutor import launch, traces
+from disttutor import launch
+from disttutor.troubleshoot import traces
 from disttutor.checks import check
 from disttutor.programs.profile_ddp import ProfileConfig
 

@@ -7,9 +7,10 @@ import tempfile
 
 import pytest
 
-from disttutor import diagnose, troubleshoot
-from disttutor.repro_group import MODES as GROUP_MODES
-from disttutor.repro_local import MODES as LOCAL_MODES
+from disttutor.troubleshoot import diagnose
+from disttutor.troubleshoot import modes as troubleshoot
+from disttutor.troubleshoot.repro_group import MODES as GROUP_MODES
+from disttutor.troubleshoot.repro_local import MODES as LOCAL_MODES
 
 
 def test_table_is_consistent_with_the_reproductions():

@@ -1,4 +1,4 @@
-"""Chapter 10: disttutor.checkpoint in one process -- exact resume, atomic commit, rotation, no pickle."""
+"""Chapter 10: disttutor.lm.checkpoint in one process -- exact resume, atomic commit, rotation, no pickle."""
 import json
 import os
 import pickle
@@ -6,8 +6,8 @@ import pickle
 import pytest
 import torch
 
-from disttutor import checkpoint as ck
-from disttutor import lm
+from disttutor.lm import checkpoint as ck
+from disttutor.lm import model as lm
 
 
 def build(seed=0):

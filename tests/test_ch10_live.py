@@ -3,8 +3,8 @@ the callback's bookkeeping and throttling with a fake clock and a fake display, 
 interval arithmetic on a hand-made trace."""
 import pytest
 
-from disttutor import lm_profile
-from disttutor.lm_loop import LMConfig
+from disttutor.lm import timesplit as lm_profile
+from disttutor.lm.loop import LMConfig
 from disttutor.viz.lm import LiveLoss
 
 

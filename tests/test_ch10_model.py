@@ -1,5 +1,5 @@
 """Chapter 10: each bug of the article's §10 model has a test that catches it, and the
-corrected model (disttutor.lm) passes the same test. Single process, small, fast."""
+corrected model (disttutor.lm.model) passes the same test. Single process, small, fast."""
 import warnings
 
 import pytest
@@ -7,7 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from disttutor import corpus, lm, lm_article
+from disttutor.lm import corpus
+from disttutor.lm import model as lm
+from disttutor.lm import article as lm_article
 
 V, D, H, L, B, T = 60, 32, 4, 2, 3, 10
 

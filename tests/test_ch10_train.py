@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import disttutor
-from disttutor.lm_loop import LMConfig
+from disttutor.lm.loop import LMConfig
 from disttutor.programs.lm_train import FINAL_PARAMS
-from disttutor.results import LaunchError
+from disttutor.launcher.results import LaunchError
 
 TINY = LMConfig(steps=8, seq_len=32, micro_batch=4, accum=2, d_model=32, heads=2, layers=1, warmup=2,
                 eval_every=4, eval_windows=8, sample_chars=20)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import disttutor
-from disttutor import sharding as S
+from disttutor.sharding import model as S
 from disttutor.checks.sharding import BF16_RTOL, FP32_RTOL
-from disttutor.memory import bytes_per_param
+from disttutor.sharding.memory import bytes_per_param
 from disttutor.programs.fedavg import FedAvgConfig
 from disttutor.programs.sharding import ShardingConfig
 from disttutor.programs.tensor_parallel import TPConfig

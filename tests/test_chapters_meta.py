@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from disttutor import chapters
+from disttutor.course import chapters
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTICLE = os.path.join(ROOT, "..", "shared", "seed", "article-zh.txt")
@@ -46,11 +46,11 @@ def test_chapter_opens_with_its_card_and_ends_with_its_glossary(path):
     cells = parse(open(path, encoding="utf-8").read())
     code = [c for c in cells if c["type"] == "code"]
     assert HEADER_TAG in code[0]["tags"], "the first code cell must be tagged chapter-header"
-    assert f"disttutor.chapters.header({n})" in code[0]["source"]
+    assert f"disttutor.course.chapters.header({n})" in code[0]["source"]
     assert cells[0]["type"] == "markdown" and cells[0]["source"].startswith("# "), "a title and intro come first"
-    assert cells[-1]["type"] == "code" and cells[-1]["source"].strip().endswith(f"disttutor.chapters.glossary({n})")
+    assert cells[-1]["type"] == "code" and cells[-1]["source"].strip().endswith(f"disttutor.course.chapters.glossary({n})")
     if n in chapters.CHAPTERS and os.path.basename(path)[:-3] == chapters.CHAPTERS[n].stem:
-        assert chapters.terms(n), f"chapter {n} introduces no glossary terms: add them to disttutor/glossary.yaml"
+        assert chapters.terms(n), f"chapter {n} introduces no glossary terms: add them to disttutor/course/glossary.yaml"
 
 
 def test_glossary_terms_are_unique_and_honest_about_the_article():

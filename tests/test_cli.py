@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from disttutor import cli
+from disttutor.course import cli
 
 
 def test_run_hello(capsys, no_leftovers):
@@ -44,7 +44,7 @@ def test_help_shows_every_default(capsys):
 
 
 def test_cli_collective_timeout_default_is_the_runtimes():
-    from disttutor.runtime import DEFAULT_COLLECTIVE_TIMEOUT_S
+    from disttutor.contract import DEFAULT_COLLECTIVE_TIMEOUT_S
 
     run = cli._parser()[1]
     assert run.get_default("collective_timeout") == DEFAULT_COLLECTIVE_TIMEOUT_S

@@ -1,4 +1,4 @@
-"""Chapter 5: the launch files disttutor.cluster generates are well-formed and torchrun accepts them.
+"""Chapter 5: the launch files disttutor.multinode.cluster generates are well-formed and torchrun accepts them.
 
 Each generated torchrun command line is fed to torchrun's *own* argument
 parser and config builder (torch.distributed.run), the sbatch script is
@@ -18,7 +18,7 @@ import tempfile
 import pytest
 import yaml
 
-from disttutor.cluster import ClusterConfig, pytorchjob_manifest, slurm_script, torchrun_commands
+from disttutor.multinode.cluster import ClusterConfig, pytorchjob_manifest, slurm_script, torchrun_commands
 
 torch_run = pytest.importorskip("torch.distributed.run")
 

@@ -3,7 +3,7 @@
 A chapter that says "chapter 10 removes this" or "the article's §7.3" sends the learner looking.
 This test fails when a chapter source (``chapters/src/NN_*.py``) names
 
-* a chapter that the course does not have (chapters are ``disttutor.chapters.CHAPTERS``),
+* a chapter that the course does not have (chapters are ``disttutor.course.chapters.CHAPTERS``),
 * a section of the article that the article does not have (its numbered headings),
 * a chapter notebook (``NN_topic.ipynb`` link) that is not one of the course's chapters, or
 * after a link to a chapter that exists, a topic in backquotes (``[04 DDP](04_ddp.ipynb)
@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from disttutor.chapters import CHAPTERS
+from disttutor.course.chapters import CHAPTERS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = sorted(glob.glob(os.path.join(ROOT, "chapters", "src", "[0-9][0-9]_*.py")))

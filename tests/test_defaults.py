@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 import disttutor
-from disttutor import _script, contract
+from disttutor.rank import user_script as _script
+from disttutor import contract
 
 
 def test_default_backend_comes_from_the_environment(monkeypatch):
@@ -72,4 +73,4 @@ def test_script_path_runs_through_the_wrapper(tmp_path):
     script = tmp_path / "mine.py"
     script.write_text("")
     name, target = disttutor.resolve_program(str(script))
-    assert target == ["-m", "disttutor._script", str(script)]
+    assert target == ["-m", "disttutor.rank.user_script", str(script)]

@@ -12,7 +12,7 @@ import pytest
 from disttutor.checks import EXERCISES, check, exercise, hint
 from disttutor.checks.adapter import resolve_path, to_source
 from disttutor.checks.fixbug import unchanged
-from disttutor.grade import extract
+from disttutor.course.grade import extract
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,9 +9,9 @@ import time
 import nbformat
 import pytest
 
-from disttutor import cli
+from disttutor.course import cli
 from disttutor.checks import exercise
-from disttutor.grade import extract, grade, table
+from disttutor.course.grade import extract, grade, table
 
 from test_exercises import ROOT, stub_source
 

@@ -1,4 +1,4 @@
-"""disttutor.options: a program's command line derived from its config dataclass (no processes started)."""
+"""disttutor.contract.options: a program's command line derived from its config dataclass (no processes started)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +10,8 @@ from typing import Literal
 import pytest
 
 import disttutor.programs
-from disttutor.config import require_positive
-from disttutor.options import cli, flag, opt, parse, parser_for, to_argv
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, flag, opt, parse, parser_for, to_argv
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def test_every_program_uses_the_options_pattern_and_round_trips(program, cls):
 
 
 def test_launch_args_are_checked_before_any_process_starts():
-    from disttutor.options import check_args
+    from disttutor.contract.options import check_args
 
     check_args("disttutor.programs.ddp", {"samples": 64, "set_epoch": False})  # fine: no error
     check_args("disttutor.programs.ddp", {"no_set_epoch": True})  # the switch's other spelling is a flag too

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from disttutor.collect import rank_status
-from disttutor.results import LaunchError, RankResult, RunResult, readable_error
-from disttutor.stream import Display, short_paths
+from disttutor.launcher.collect import rank_status
+from disttutor.contract.errors import readable_error
+from disttutor.launcher.results import LaunchError, RankResult, RunResult
+from disttutor.launcher.stream import Display, short_paths
 
 GLOO_RAW = ("another rank died in the middle of a collective -- RuntimeError: [/__w/pytorch/pytorch/third_party/"
             "gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:6040: Connection reset by peer. This is "
@@ -110,7 +111,7 @@ def test_paths_of_this_machine_are_shown_relative():
 
 
 def test_readable_error_names_the_cause_under_an_rpc_header():
-    from disttutor.results import readable_error
+    from disttutor.contract.errors import readable_error
 
     raw = ("TypeError: On WorkerInfo(id=3, name=worker3):\nTraceback (most recent call last):\n  File \"x.py\"\n"
            "TypeError: embedding(): argument 'indices' (position 1) must be Tensor, not PyRRef\n")

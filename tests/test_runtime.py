@@ -6,9 +6,10 @@ import json
 import pytest
 import torch
 
-from disttutor import reports, runtime
+from disttutor.rank import reports
+from disttutor.rank import runtime
 from disttutor.checks import adapter
-from disttutor.results import RankResult, RunResult, format_table
+from disttutor.launcher.results import RankResult, RunResult, format_table
 
 
 def test_env_outside_torchrun_is_a_clear_error():
@@ -84,7 +85,7 @@ def test_result_table_and_summary_are_deterministic():
 def test_require_positive_names_the_field():
     from dataclasses import dataclass
 
-    from disttutor.config import require_positive
+    from disttutor.contract.config import require_positive
 
     @dataclass
     class Cfg:

@@ -162,7 +162,7 @@ def test_plot_timeline_one_bar_per_span_on_a_shared_axis():
 
 def test_profile_timeline_draws_every_kind_of_region_chapter_10_included():
     from disttutor.viz.profiling import COLORS, plot_timeline
-    from disttutor.traces import REGIONS
+    from disttutor.troubleshoot.traces import REGIONS
 
     # One complete event per region (chapter 9's three, chapter 10's "data") and a gloo all-reduce.
     events = [{"name": r, "cat": "user_annotation", "ph": "X", "ts": 10.0 * i, "dur": 5.0}

@@ -14,9 +14,9 @@
 #    and that none of them freezes this notebook or leaves processes behind.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(0)
+disttutor.course.chapters.header(0)
 
 # %% [markdown]
 # ### How a cell runs a distributed job
@@ -346,4 +346,4 @@ print("processes left behind:", len(our_jobs()))
 # group and every collective the course uses.
 
 # %%
-disttutor.chapters.glossary(0)
+disttutor.course.chapters.glossary(0)

@@ -19,9 +19,9 @@
 # handles it.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(1)
+disttutor.course.chapters.header(1)
 
 
 # %%
@@ -30,10 +30,10 @@ import torch
 from torch import nn
 
 import disttutor
-from disttutor import memory as mem
-from disttutor.data import regression
-from disttutor.models import MLP, seeded
-from disttutor.results import format_table
+from disttutor.sharding import memory as mem
+from disttutor.workloads.data import regression
+from disttutor.workloads.models import MLP, seeded
+from disttutor.launcher.results import format_table
 from disttutor.viz.memory import calculator, calculator_view
 from disttutor.viz.parallelism import ownership_picture
 
@@ -62,7 +62,7 @@ print("torch", torch.__version__)
 # | mixed (fp16/bf16 + fp32 master) | Adam | 2 | 2 | 12 (master 4 + 8) | **16** |
 #
 # Adam costs 16 bytes per parameter *either way*: mixed precision saves activation memory and
-# time, not optimizer memory. `disttutor.memory.bytes_per_param` holds this table; the next cell
+# time, not optimizer memory. `disttutor.sharding.memory.bytes_per_param` holds this table; the next cell
 # checks it against the tensors PyTorch really allocates for a small model.
 
 # %%
@@ -185,7 +185,7 @@ assert 0.5 < ratio < 2.0
 #
 # ## 2. The memory calculator
 #
-# `disttutor.memory.per_device` turns the formulas into bytes per device for a GPT-style model
+# `disttutor.sharding.memory.per_device` turns the formulas into bytes per device for a GPT-style model
 # (parameters `12Lh² + 13Lh + (V + s)h`), and says how each strategy on `N` devices changes each part:
 #
 # * **data parallel (DP)**: every device keeps a full copy of the weights, gradients and optimizer
@@ -480,4 +480,4 @@ assert table[1]["ranks holding each layer"] == [1] and table[1]["ranks processin
 #   that all of these run on.
 
 # %%
-disttutor.chapters.glossary(1)
+disttutor.course.chapters.glossary(1)

@@ -18,16 +18,16 @@
 # messages (Gloo over loopback TCP on a CPU-only machine).
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(2)
+disttutor.course.chapters.header(2)
 
 
 # %%
 import torch
 
 import disttutor
-from disttutor.results import format_table
+from disttutor.launcher.results import format_table
 
 assert disttutor.resolve_program("process_groups")[0] == "disttutor.programs.process_groups"
 print("torch", torch.__version__)
@@ -144,7 +144,7 @@ assert available["mpi"] == (build_flags.get("MPI") == "ON")  # the live check ag
 # on a GPU node. Here is the choice on this machine, and what the ranks actually used:
 
 # %%
-from disttutor import runtime
+from disttutor.rank import runtime
 
 n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
 choice = runtime.pick_backend(None, local_world_size=4, local_rank=0)
@@ -542,4 +542,4 @@ widget()
 #   packs gradients into buckets.
 
 # %%
-disttutor.chapters.glossary(2)
+disttutor.course.chapters.glossary(2)

@@ -14,9 +14,9 @@
 #    device a bottleneck, next to the ring all-reduce that DDP uses (chapter 4).
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(3)
+disttutor.course.chapters.header(3)
 
 
 # %%
@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 import disttutor
-from disttutor import data_parallel as dp
-from disttutor.source import source_lines
+from disttutor.data_parallel import dataparallel as dp
+from disttutor.course.source import source_lines
 
 n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
 print(f"torch {torch.__version__}; GPUs visible: {n_gpu}")
@@ -217,7 +217,7 @@ print(f"{len(rows)} (N, pattern, rank) rows; all ranks ok: {job.ok}")
 # Every rank of every run, measured bytes against the formula:
 
 # %% tags=["nbval-check-output"]
-from disttutor.results import format_table
+from disttutor.launcher.results import format_table
 
 S = 4 * job.results[0]["n_params"]
 print(f"model: {job.results[0]['n_params']} parameters, S = {S} bytes; batch 96 x 10 inputs, 96 x 10 outputs")
@@ -357,4 +357,4 @@ print(check_predict_sent(predict_sent))
 #   gradients all-reduced in buckets overlapping the backward. That is chapter 4.
 
 # %%
-disttutor.chapters.glossary(3)
+disttutor.course.chapters.glossary(3)

@@ -30,9 +30,9 @@
 # with one GPU per rank the same programs use **NCCL** on `cuda:LOCAL_RANK`, unchanged.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(4)
+disttutor.course.chapters.header(4)
 
 
 # %%
@@ -199,7 +199,7 @@ assert coverage(run_noepoch) == {"handed": 508, "distinct": 508, "repeated": 0}
 #
 # `disttutor/programs/ddp_scratch.py` checks this after **every** step: each rank also trains a
 # single-process reference model on the full global batch (same seed, same data — the shared loop
-# in `disttutor/train.py`) and reports `max |p − p_ref| / max |p_ref|` over all parameters.
+# in `disttutor/data_parallel/train.py`) and reports `max |p − p_ref| / max |p_ref|` over all parameters.
 #
 # Equal, not bitwise: the ranks add up their shard's terms, then the all-reduce adds the partial sums;
 # the reference adds everything in one go. Float addition is not associative, so results differ by a
@@ -272,7 +272,7 @@ plt.show()
 %%ranks
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
-from disttutor.models import MLP, seeded
+from disttutor.workloads.models import MLP, seeded
 
 model = DDP(seeded(MLP, 0), bucket_cap_mb=0.004)   # ~1000 floats per bucket: several buckets
 names = {p: n for n, p in model.module.named_parameters()}
@@ -340,7 +340,7 @@ assert all(r["find_unused_True"] == "ok" for r in unused.results)
 # the whole step and for the forward alone (the walk is the end of DDP's forward):
 
 # %%
-from disttutor.results import format_table  # noqa: E402
+from disttutor.launcher.results import format_table  # noqa: E402
 
 walk = disttutor.launch("ddp_unused_cost", nproc=2, args={"repeats": 7}, stream=False, timeout=300)
 pairs = {"step": walk.results[0]["pairs_s"], "forward": walk.results[0]["forward_pairs_s"]}  # [without, with]
@@ -567,4 +567,4 @@ for n, r in ratios.items():
 #   which is what FSDP (chapter 11) removes.
 
 # %%
-disttutor.chapters.glossary(4)
+disttutor.course.chapters.glossary(4)

@@ -24,9 +24,9 @@
 # picks NCCL and `cuda:LOCAL_RANK` by itself.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(5)
+disttutor.course.chapters.header(5)
 
 
 # %%
@@ -43,8 +43,8 @@ import torch
 import yaml
 
 import disttutor
-from disttutor import cluster
-from disttutor.results import format_table
+from disttutor.multinode import cluster
+from disttutor.launcher.results import format_table
 from disttutor.viz.cluster import draw_layout
 
 print("torch", torch.__version__, "| CPU cores:", os.cpu_count(), "| GPUs:", torch.cuda.device_count())
@@ -207,8 +207,8 @@ print("torch.distributed.launch still runs, is deprecated (FutureWarning), and p
 # %%
 import json  # noqa: E402
 
-from disttutor.launch import free_port  # noqa: E402
-from disttutor.procs import kill_tree  # noqa: E402
+from disttutor.launcher.launch import free_port  # noqa: E402
+from disttutor.contract.procs import kill_tree  # noqa: E402
 
 # Both processes write to one pipe: one os.write of a whole line each (atomic below 4 KiB), because
 # print() may write the text and its newline separately and two lines could interleave.
@@ -411,7 +411,7 @@ for mode in ("static", "c10d"):
 # %% [markdown]
 # ## 3. Launch files for real clusters
 #
-# `disttutor.cluster` turns one typed, validated `ClusterConfig` into three ready-to-edit launch files.
+# `disttutor.multinode.cluster` turns one typed, validated `ClusterConfig` into three ready-to-edit launch files.
 # All three follow the rule of this chapter: **one torchrun per node, one process per GPU, nothing
 # spawns anything else.**
 
@@ -553,11 +553,11 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(job_name="My_Job"), di
 # * `torch.distributed.launch` is deprecated (it still runs, with a `FutureWarning`); use `torchrun`.
 #   Never combine a launcher with `mp.spawn`: every launched process spawns a full set of children,
 #   their ranks clash, and in the worst case nothing fails and training is silently wrong.
-# * `disttutor.cluster` writes torchrun commands, Slurm scripts and Kubeflow `PyTorchJob` manifests
+# * `disttutor.multinode.cluster` writes torchrun commands, Slurm scripts and Kubeflow `PyTorchJob` manifests
 #   from one validated config.
 #
 # **Try it:** launch `whoami` with `nproc=1, nnodes=3` (three one-process "nodes") and check the
 # formula again; generate the launch files for your own cluster with `cluster.ClusterConfig(...)`.
 
 # %%
-disttutor.chapters.glossary(5)
+disttutor.course.chapters.glossary(5)

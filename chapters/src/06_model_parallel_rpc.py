@@ -25,9 +25,9 @@
 # GPUs: `runtime.setup()` picks NCCL and `cuda:LOCAL_RANK` for the plain version.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(6)
+disttutor.course.chapters.header(6)
 
 
 # %%
@@ -39,9 +39,9 @@ import torch
 
 import disttutor
 from disttutor.programs import model_parallel as mp_prog
-from disttutor.timeline import compute_overlap_s
+from disttutor.pipeline.timeline import compute_overlap_s
 from disttutor.programs import rpc_article, rpc_train
-from disttutor.results import format_table
+from disttutor.launcher.results import format_table
 from disttutor.viz.model_parallel import plot_timeline
 
 print("torch", torch.__version__)
@@ -61,7 +61,7 @@ print("torch", torch.__version__)
 # * **update** — each rank steps an ordinary optimizer over *its own* layers. Nothing is
 #   replicated, so there is no all-reduce.
 #
-# The communication lives in `disttutor/p2p.py` (`StageLink`), apart from the loop that uses it:
+# The communication lives in `disttutor/pipeline/p2p.py` (`StageLink`), apart from the loop that uses it:
 
 # %%
 print(inspect.getsource(mp_prog.train_step))
@@ -210,7 +210,7 @@ assert total > 100e6
 
 # %% [markdown]
 # We run it with small sizes instead (`d_model=16`; the bugs do not depend on size). The harness
-# around it, `disttutor.runtime.rpc_setup()`, replaces the article's launch code, which has its own problems:
+# around it, `disttutor.rank.runtime.rpc_setup()`, replaces the article's launch code, which has its own problems:
 #
 # * `os.environ[...]` is used but **`import os` is missing** — every process dies with a `NameError`
 #   before RPC even starts;
@@ -266,7 +266,7 @@ assert leaks == {"default (batch_first=False)": True, "batch_first=True": False}
 
 # %% [markdown]
 # The output *shape* is the same either way — `(32, 50, 10)` — which is why this bug is silent.
-# The corrected stage, `disttutor.models.TransformerStage`, uses `batch_first=True` (and
+# The corrected stage, `disttutor.workloads.models.TransformerStage`, uses `batch_first=True` (and
 # `dropout=0`, so that a remote run can be compared exactly with a local one).
 #
 # **Bug 3 — it cannot train.** The article stops after one forward pass. The obvious next step,
@@ -411,4 +411,4 @@ assert all(checks.values())
 #   `(seq, batch)` transformer, and never trains; fixed, it matches a single-process run exactly.
 
 # %%
-disttutor.chapters.glossary(6)
+disttutor.course.chapters.glossary(6)

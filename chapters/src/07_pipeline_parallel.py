@@ -22,9 +22,9 @@
 # 6. combines data and pipeline parallelism on a 2×2 device mesh (the article's §7.1).
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(7)
+disttutor.course.chapters.header(7)
 
 
 # %%
@@ -36,8 +36,8 @@ import matplotlib.pyplot as plt
 import torch
 
 import disttutor
-from disttutor.results import format_table
-from disttutor.schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
+from disttutor.launcher.results import format_table
+from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
 from disttutor.viz.pipeline import bubble_widget, describe, measured_figure, theory_figure
 
 print("torch", torch.__version__)
@@ -121,7 +121,7 @@ assert outcome == "AttributeError: 'Tensor' object has no attribute 'local_value
 # * at the start the pipe **fills** (later stages idle) and at the end it **drains** (earlier stages
 #   idle): these idle regions are the **bubble**.
 #
-# `disttutor.schedules` plays a schedule out: each rank runs its list of forward (F) and backward (B)
+# `disttutor.pipeline.schedules` plays a schedule out: each rank runs its list of forward (F) and backward (B)
 # actions in order, and an action starts when its inputs exist (F of stage *s* needs F of *s−1*; B
 # of *s* needs B of *s+1*). It returns the Gantt chart; the bubble is then *measured on the
 # drawing* as idle area / total area. Here is **GPipe** (all forwards, then all backwards) with
@@ -240,7 +240,7 @@ print(check_one_f_one_b(one_f_one_b))
 # ## 4. Real pipeline training with `torch.distributed.pipelining`
 #
 # `disttutor/programs/pipeline.py` is the real thing. Each rank builds the *same* model from a
-# fixed seed (`disttutor.models.MLP`, an `nn.Sequential`), keeps only its own stage(s), and wraps
+# fixed seed (`disttutor.workloads.models.MLP`, an `nn.Sequential`), keeps only its own stage(s), and wraps
 # them:
 #
 # * `PipelineStage(submodule, stage_index, num_stages, device, group=...)` — one stage, which knows
@@ -395,7 +395,7 @@ if result_7_2.passed:  # your function on this chapter's own 1F1B run
 # ### Where the gap comes from: theory + measured overhead
 #
 # The simulator assumes equal slots (forward 1, backward 2) and free communication. A real run
-# differs in three ways, each measurable on the run's own timeline (`disttutor/bubble_model.py`):
+# differs in three ways, each measurable on the run's own timeline (`disttutor/pipeline/bubble_model.py`):
 #
 # 1. **slot times** — each rank's mean forward and backward. The last stage also computes the loss,
 #    the first copies its input, and a slot stretches when its rank waits for a CPU core: the
@@ -411,7 +411,7 @@ if result_7_2.passed:  # your function on this chapter's own 1F1B run
 # rows (so a slot costs the same whatever m is), the same stages as above:
 
 # %%
-from disttutor.bubble_model import explain_run  # noqa: E402
+from disttutor.pipeline.bubble_model import explain_run  # noqa: E402
 from disttutor.viz.pipeline import model_figure  # noqa: E402
 
 load_before = os.getloadavg()[0]
@@ -578,4 +578,4 @@ assert all(abs((a + b) / 2 - c) < TOL for a, b, c in zip(half0, half1, ref))  # 
 #   (`benchmarks/bench_pipeline.py`), don't just quote the formula.
 
 # %%
-disttutor.chapters.glossary(7)
+disttutor.course.chapters.glossary(7)

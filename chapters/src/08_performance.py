@@ -11,9 +11,9 @@
 # compression communication hook written from scratch.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(8)
+disttutor.course.chapters.header(8)
 
 # %%
 import os
@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import disttutor
-from disttutor import perf
+from disttutor.data_parallel import perf
 from disttutor.checks.perf import check_compress_hook, check_no_sync
 from disttutor.viz import performance as viz
 
@@ -44,7 +44,7 @@ LAUNCH = dict(stream=False, timeout=280)
 # | `torch.cuda.amp.GradScaler()` | `torch.amp.GradScaler(device_type)` |
 # | always fp16 | **bf16** on CPU (and on GPUs that have it: no scaler needed); **fp16 + GradScaler** otherwise |
 #
-# `disttutor.perf.precision(device)` makes this choice. Here it picks:
+# `disttutor.data_parallel.perf.precision(device)` makes this choice. Here it picks:
 
 # %%
 prec = perf.precision(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
@@ -491,4 +491,4 @@ for r in d["rows"]:
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
 # %%
-disttutor.chapters.glossary(8)
+disttutor.course.chapters.glossary(8)

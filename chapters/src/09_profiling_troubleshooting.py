@@ -16,9 +16,9 @@
 # Start at the index: find your error text there, jump to its entry.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(9)
+disttutor.course.chapters.header(9)
 
 # %%
 import os
@@ -27,7 +27,8 @@ import tempfile
 from IPython.display import Markdown, display
 
 import disttutor
-from disttutor import diagnose, troubleshoot
+from disttutor.troubleshoot import diagnose
+from disttutor.troubleshoot import modes as troubleshoot
 
 LOAD = os.getloadavg()[0]  # wall times below depend on how busy the machine is: we keep this beside them
 print(f"load average now: {LOAD:.1f} (on {os.cpu_count()} CPU cores)")
@@ -35,7 +36,7 @@ print(f"load average now: {LOAD:.1f} (on {os.cpu_count()} CPU cores)")
 # %% [markdown]
 # ## The index: error text → entry
 #
-# Generated from the one table in `disttutor/troubleshoot.py`. The middle column is a regular
+# Generated from the one table in `disttutor/troubleshoot/modes.py`. The middle column is a regular
 # expression over the text each reproduction below *really printed* (a test re-runs them all and
 # checks this, so the index stays true when PyTorch rewords an error).
 
@@ -60,7 +61,7 @@ assert [m.key for m in troubleshoot.lookup(pasted)] == ["unused_parameters"]
 # (`dist.new_group`, milliseconds) with a **3 s** timeout, so a mode that hangs on purpose waits 3 s
 # and breaks only its own group. A barrier on the default group lines the ranks up between modes.
 # The modes that need no torchrun (environment, ports, samplers, `mp.spawn`) run in one plain Python
-# subprocess (`disttutor/repro_local.py`), never in this kernel.
+# subprocess (`disttutor/troubleshoot/repro_local.py`), never in this kernel.
 
 # %%
 local = troubleshoot.reproduce_local([m.key for m in troubleshoot.MODES if m.where == "local"])
@@ -114,10 +115,10 @@ assert "Tensor shapes" in repros["rank_dependent_shape"].detail
 # %% [markdown]
 # ## Where is my job stuck?
 #
-# A hung job shows nothing: every rank waits. `disttutor.diagnose` reads **the Python stack of every
+# A hung job shows nothing: every rank waits. `disttutor.troubleshoot.diagnose` reads **the Python stack of every
 # rank** from outside with `py-spy dump` (no change to your program, no stopping it) and says which
 # collective each rank waits in. From a terminal, on any job the course launched:
-# `python -m disttutor.diagnose RUN_DIR`; from a notebook, a watcher thread dumps the stacks once the
+# `python -m disttutor.troubleshoot.diagnose RUN_DIR`; from a notebook, a watcher thread dumps the stacks once the
 # ranks have run a few seconds, while the launch is still waiting.
 #
 # Here: chapter 0's `hello` with `skip_rank=1` — rank 1 never calls the all-reduce.
@@ -152,7 +153,7 @@ assert lines[0].startswith("rank 0: waiting in all_reduce()") and lines[1].start
 # %%
 import matplotlib.pyplot as plt
 
-from disttutor import traces
+from disttutor.troubleshoot import traces
 from disttutor.programs.profile_ddp import ProfileConfig
 from disttutor.viz import profiling as viz
 
@@ -211,7 +212,7 @@ assert callable(torch.profiler.tensorboard_trace_handler)
 # out-of-bounds`, `get_idle_time_breakdown()` raised `ValueError: No objects to concatenate`,
 # `get_potential_stragglers()` raised `ValueError: attempt to get argmax of an empty sequence`,
 # `get_comm_comp_overlap()` returned NaN for both ranks and `get_gpu_kernel_breakdown()` two empty
-# tables. So on CPU it saves no parsing (`disttutor/traces.py` reads the JSON in a few lines) and the
+# tables. So on CPU it saves no parsing (`disttutor/troubleshoot/traces.py` reads the JSON in a few lines) and the
 # course does not depend on it; on a GPU job with NCCL its breakdowns are the tool to reach for. Where HTA
 # is installed, this cell runs the same calls on the traces above:
 
@@ -225,7 +226,7 @@ print("HTA is not installed here: nothing to run." if probe is None else "\n".jo
 # The checker profiles **3 ranks**, one of them slow, chosen **at random** during the run (the
 # program writes its choice into the run directory; your function only gets the traces). Write
 # `find_straggler(traces)`: `traces` is `{rank: list of Chrome-trace events}` (dicts with `name`,
-# `cat`, `ph`, `ts`, `dur` in microseconds), as `disttutor.traces.load` returns. Return the slow rank.
+# `cat`, `ph`, `ts`, `dur` in microseconds), as `disttutor.troubleshoot.traces.load` returns. Return the slow rank.
 # Careful: the rank with the longest *backward* is not it. `disttutor.checks.hint("9.1")` helps.
 
 # %%
@@ -323,4 +324,4 @@ for m in troubleshoot.MODES:
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
 # %%
-disttutor.chapters.glossary(9)
+disttutor.course.chapters.glossary(9)

@@ -15,9 +15,9 @@
 # Exercise **10.1**: write the resume logic yourself.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(10)
+disttutor.course.chapters.header(10)
 
 # %%
 import json
@@ -30,9 +30,12 @@ import torch
 import torch.nn.functional as F
 
 import disttutor
-from disttutor import corpus, lm, lm_article, lm_profile
+from disttutor.lm import corpus
+from disttutor.lm import model as lm
+from disttutor.lm import article as lm_article
+from disttutor.lm import timesplit as lm_profile
 from disttutor.checks.resume import check_resume
-from disttutor.lm_loop import LMConfig
+from disttutor.lm.loop import LMConfig
 from disttutor.programs.lm_train import FINAL_PARAMS
 from disttutor.viz import lm as viz
 
@@ -43,7 +46,7 @@ LAUNCH = dict(stream=False, timeout=400)
 # %% [markdown]
 # ## 1. The article's model, run as written
 #
-# `disttutor.lm_article` holds the article's §10.1 code **verbatim** (with its own import block).
+# `disttutor.lm.article` holds the article's §10.1 code **verbatim** (with its own import block).
 # Building it fails at once:
 
 # %% tags=["nbval-check-output"]
@@ -146,7 +149,7 @@ assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 #
 # ## 2. Training the corrected model on 2 ranks
 #
-# `disttutor/programs/lm_train.py` (loop: `disttutor/lm_loop.py`) trains `disttutor.lm.TinyLM` — 2
+# `disttutor/programs/lm_train.py` (loop: `disttutor/lm/loop.py`) trains `disttutor.lm.model.TinyLM` — 2
 # layers, d = 64, characters — on Genesis with DDP; 2 micro-batches per step, the first inside
 # `no_sync()`; `scaler.unscale_` before `clip_grad_norm_`; AdamW (`foreach` on CPU, `fused` on
 # CUDA); linear warm-up then cosine decay; non-reentrant activation checkpointing; a
@@ -224,8 +227,8 @@ print("after training: ", repr(r["text_after"][:100]))
 # cores: it will not quote Genesis.)
 #
 # **Throughput and where the time goes.** Each rank wrote a Chrome trace of its profiled steps
-# (`trace_rank{r}.json`; open one in https://ui.perfetto.dev). `disttutor.lm_profile` reads them
-# with chapter 9's `disttutor.traces` and splits each rank's profiled window: an instant in which a
+# (`trace_rank{r}.json`; open one in https://ui.perfetto.dev). `disttutor.lm.timesplit` reads them
+# with chapter 9's `disttutor.troubleshoot.traces` and splits each rank's profiled window: an instant in which a
 # gloo collective is in flight counts as **communication** (DDP's gradient all-reduce inside
 # `backward`, its buffer broadcast inside `forward`, the logged loss's all-reduce); otherwise the
 # `data` region is **data**, `forward`/`backward`/`optimizer` are **compute**, and the rest is
@@ -263,7 +266,7 @@ print("per rank: communication + data + compute + other = the profiled window; e
 #
 # ## 3. Fault tolerance: kill a rank, restart, resume exactly
 #
-# `disttutor/checkpoint.py` saves everything the next step depends on: weights and AdamW's moments
+# `disttutor/lm/checkpoint.py` saves everything the next step depends on: weights and AdamW's moments
 # with `torch.distributed.checkpoint` (`get_state_dict` — the same call serves chapter 11's sharded
 # models), the LR schedule, the scaler, the step, and **each rank's RNG state** (dropout) — as JSON
 # and weights-only tensor files, never arbitrary pickles. Saves are **atomic**: written to
@@ -320,7 +323,7 @@ except disttutor.LaunchError as e:
 # ### Exercise 10.1 — write the resume logic
 #
 # Write `resume(ckpt_dir, model, optimizer, scheduler) -> int`: restore the newest **complete**
-# checkpoint written by `disttutor.checkpoint.save` and return how many steps it had done (0 if
+# checkpoint written by `disttutor.lm.checkpoint.save` and return how many steps it had done (0 if
 # there is none). Use `checkpoint.latest`, `checkpoint.read_meta`, `get_state_dict` / `set_state_dict`,
 # `torch.distributed.checkpoint.load(..., storage_reader=checkpoint.SafeReader(path))` and the
 # per-rank `rng_rank{r}.pt` files (`torch.load(..., weights_only=True)`); `checkpoint.load` is the
@@ -355,4 +358,4 @@ print(f"fault injection: killed at step 9, restarted, resumed from step {fr['res
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
 # %%
-disttutor.chapters.glossary(10)
+disttutor.course.chapters.glossary(10)

@@ -15,9 +15,9 @@
 # 3. **the outlook, corrected**, with a federated-averaging round next to data parallelism.
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(11)
+disttutor.course.chapters.header(11)
 
 # %%
 import os
@@ -50,14 +50,14 @@ LAUNCH = dict(stream=False, timeout=280)
 #
 # `disttutor/scratch/zero1.py` and `disttutor/scratch/fsdp.py` are the from-scratch references
 # (short; each distributed subtlety commented). The model everyone trains,
-# `disttutor.sharding.tiny_lm`, has the traps of a real language model: the output layer's weight
+# `disttutor.sharding.model.tiny_lm`, has the traps of a real language model: the output layer's weight
 # **tied** to the input embedding, a **frozen** positional embedding, a LayerNorm.
 #
 # One program, `disttutor/programs/sharding.py`, trains it on the same ranks five ways — DDP,
 # ZeRO-1 (scratch, with DDP averaging the gradients), FSDP scratch in fp32 and with **bf16**
 # compute and communication, and torch's **FSDP2** — 3 AdamW steps each, and compares every result
 # with one process trained on the full batches (the bf16 run against one process applying the same
-# casts). Then it saves FSDP2's sharded model and optimiser with chapter 10's `disttutor.checkpoint`
+# casts). Then it saves FSDP2's sharded model and optimiser with chapter 10's `disttutor.lm.checkpoint`
 # (`torch.distributed.checkpoint` underneath) and reloads both into a fresh copy.
 
 # %%
@@ -288,4 +288,4 @@ print(f"TP (mlp, attention) and 2D mesh vs one process: max difference "
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
 # %%
-disttutor.chapters.glossary(11)
+disttutor.course.chapters.glossary(11)

@@ -4,8 +4,8 @@ Learner code reaches the ranks as *source* (see :mod:`disttutor.checks.adapter`)
 never as a pickle from the kernel's ``__main__``. Every exercise is listed once
 in :data:`EXERCISES` (:mod:`disttutor.checks.registry`).
 """
-from .adapter import CheckResult, load_exercise, write_exercise
-from .registry import EXERCISES, Exercise, exercise, hint
+from disttutor.checks.adapter import CheckResult, load_exercise, write_exercise
+from disttutor.checks.registry import EXERCISES, Exercise, exercise, hint
 
 
 def check(exercise_id: str, obj):

@@ -23,7 +23,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..options import opt
+from disttutor.contract.options import opt
 
 #: Wall-clock limit of one checker job. A learner's hang is caught far sooner by the short
 #: collective timeout each checker sets (10 s); this only bounds a machine so busy (a classroom
@@ -85,7 +85,7 @@ def to_source(obj: Callable | str) -> str:
         with open(resolve_path(obj.strip())) as f:
             return f.read()
     if isinstance(obj, str) and re.fullmatch(r"\d+\.\d+", obj.strip()):
-        from .registry import exercise  # "4.1" -> that exercise's solution file
+        from disttutor.checks.registry import exercise  # "4.1" -> that exercise's solution file
         return to_source(exercise(obj.strip()).solution)
     if isinstance(obj, str) and ("def " in obj or "class " in obj):
         return obj
@@ -183,7 +183,7 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str | tupl
     wrong answer all come back as a failed :class:`CheckResult` with a message,
     never as a frozen cell or a deep traceback.
     """
-    from ..launch import launch
+    from disttutor.launcher.launch import launch
 
     stub = stub_problem(to_source(obj))
     if stub:  # an untouched stub needs no ranks to say so (and the cell answers at once)

@@ -25,8 +25,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
+from disttutor.contract.options import cli, opt
+from disttutor.checks.adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
 
 #: (shape, dtype) cases: divisible and non-divisible sizes, fewer elements than
 #: ranks (empty chunks), several dims, integer and low-precision dtypes.
@@ -109,9 +109,9 @@ def _check_one(fn: Callable, case: int, shape: tuple[int, ...], dtype: str, rank
 def run(cfg: CheckConfig) -> None:
     import torch.distributed as dist
 
-    from disttutor import runtime
+    from disttutor.rank import runtime
 
-    from .adapter import load_exercise
+    from disttutor.checks.adapter import load_exercise
 
     with runtime.setup() as ctx:
         fns = {name: load_exercise(cfg.source, name) for name in cfg.name}

@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Callable
 
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
+from disttutor.checks.adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
 
 JOB = dict(nnodes=2, nproc_per_node=4, head="node0.example.com", port=29500, job_id="exercise-5-1")
 PROGRAM = "disttutor.programs.whoami"
@@ -79,9 +79,9 @@ def _run_two_agents(fn: Callable, timeout: float) -> str | None:
 
 
 def _agents_in(fn: Callable, timeout: float, run_dir: str) -> str | None:
-    from .. import contract
-    from ..launch import free_port
-    from ..procs import PRCTL, kill_tree, tie_to_parent
+    from disttutor import contract
+    from disttutor.launcher.launch import free_port
+    from disttutor.contract.procs import PRCTL, kill_tree, tie_to_parent
 
     port = free_port()
     env = {**os.environ, contract.ENV_RUN_DIR: run_dir, contract.ENV_BACKEND: "gloo", "OMP_NUM_THREADS": "1",
@@ -92,7 +92,7 @@ def _agents_in(fn: Callable, timeout: float, run_dir: str) -> str | None:
         log = open(os.path.join(run_dir, f"agent{node}.log"), "w")
         logs.append(log)
         # --local-addr: this machine's agents must also advertise loopback (torchrun options go before the program)
-        procs.append(subprocess.Popen([sys.executable, "-m", "disttutor._torchrun", "--local-addr=127.0.0.1", *args],
+        procs.append(subprocess.Popen([sys.executable, "-m", "disttutor.launcher.torchrun", "--local-addr=127.0.0.1", *args],
                                       env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       start_new_session=True, preexec_fn=tie_to_parent if PRCTL else None))
     deadline = time.monotonic() + timeout

@@ -7,7 +7,7 @@
   (``python -m disttutor.checks.ddp --source F --name sync_gradients --exercise naive``):
   every rank trains :func:`tricky_model` (frozen parameters, a frozen bias in a
   submodule, tied weights, a parameter unused every other step, a buffer) with
-  the shared loop (:func:`disttutor.train.train_step`) on its shard of each
+  the shared loop (:func:`disttutor.data_parallel.train.train_step`) on its shard of each
   global batch, using the learner's code to average gradients, and after every
   step compares its parameters with the same model trained by the same loop on
   the full batch in one process. The first divergence is reported by step,
@@ -25,10 +25,10 @@ from typing import Any, Callable, Literal
 
 import torch
 
-from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
+from disttutor.contract.options import cli, opt
+from disttutor.checks.adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
 
-from .tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
+from disttutor.checks.tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
 BUCKET_CAP = 600  # elements: splits tricky_model's trainable tensors into 5 buckets
 COLLECTIVE_TIMEOUT_S = 10.0
 
@@ -125,9 +125,9 @@ def _no_grad_note(model, unused_too: bool = True) -> str:
 
 
 def _train_and_compare(obj: Any, exercise: str, steps: int, bucket_cap: int) -> dict[str, Any]:
-    from .. import runtime
-    from ..scratch.buckets import plan_buckets
-    from ..train import TrainConfig, build_data, compare, global_batch, local_batch, make_optimizer, train_step
+    from disttutor.rank import runtime
+    from disttutor.scratch.buckets import plan_buckets
+    from disttutor.data_parallel.train import TrainConfig, build_data, compare, global_batch, local_batch, make_optimizer, train_step
 
     ctx = runtime.context()
     cfg = TrainConfig(steps=steps)
@@ -198,8 +198,8 @@ class DDPCheckConfig(LearnerCode):
 
 
 def run(cfg: DDPCheckConfig) -> None:
-    from .. import runtime
-    from .adapter import load_exercise
+    from disttutor.rank import runtime
+    from disttutor.checks.adapter import load_exercise
 
     with runtime.setup():
         runtime.report(**_train_and_compare(load_exercise(cfg.source, cfg.name), cfg.exercise, cfg.steps,

@@ -25,9 +25,9 @@ from typing import Any, Callable, Literal
 
 import torch
 
-from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, resolve_path, run_check, to_source
-from .tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
+from disttutor.contract.options import cli, opt
+from disttutor.checks.adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, resolve_path, run_check, to_source
+from disttutor.checks.tolerances import DATA_PARALLEL_RTOL as RTOL  # why 1e-5: see tolerances.py
 
 COLLECTIVE_TIMEOUT_S = 10.0  # a collective only some ranks call is reported after this, not waited for
 LR = 0.1  # plain SGD, on purpose: Adam divides by the gradient's own size, which would hide a loss
@@ -48,7 +48,7 @@ def check_epochs(fn: Callable | str, nproc: int = 2, steps: int = 2) -> CheckRes
 
 
 def _check(ex_id: str, kind: str, fn: Callable | str, nproc: int, steps: int) -> CheckResult:
-    from .registry import exercise
+    from disttutor.checks.registry import exercise
 
     e = exercise(ex_id)
     if unchanged(to_source(fn), e.broken, e.stub):  # the starting program needs no ranks to recognise
@@ -94,7 +94,7 @@ def _data(n: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _err(model: torch.nn.Module, ref: torch.nn.Module) -> float:
-    from ..train import compare
+    from disttutor.data_parallel.train import compare
 
     return max(err for _, err in compare(model, ref))
 
@@ -220,8 +220,8 @@ class FixBugCheckConfig(LearnerCode):
 
 
 def run(cfg: FixBugCheckConfig) -> None:
-    from .. import runtime
-    from .adapter import load_exercise
+    from disttutor.rank import runtime
+    from disttutor.checks.adapter import load_exercise
 
     with runtime.setup() as ctx:
         fn = load_exercise(cfg.source, cfg.name)

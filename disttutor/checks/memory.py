@@ -5,19 +5,19 @@ The learner writes ``zero_memory(n_params, bytes_per_param, world, stage)`` retu
 per device for ``"weights"``, ``"gradients"`` and ``"optimizer"``. It is checked in this
 process (the answer is a formula, nothing to launch) against
 
-* the chapter's calculator (:func:`disttutor.memory.per_device`) for GPT-like models in
+* the chapter's calculator (:func:`disttutor.sharding.memory.per_device`) for GPT-like models in
   fp32 and mixed precision, with SGD, momentum and Adam, on 1..8 devices, stages 0..3;
 * a measurement: the bytes a real model and a real Adam optimizer hold after one step
-  (:func:`disttutor.memory.measured_state_bytes`), for one device without sharding.
+  (:func:`disttutor.sharding.memory.measured_state_bytes`), for one device without sharding.
 """
 from __future__ import annotations
 
 import itertools
 from typing import Callable
 
-from .. import memory
-from .adapter import CheckResult, function_name, run_local
-from .tolerances import FORMULA_RTOL
+from disttutor.sharding import memory
+from disttutor.checks.adapter import CheckResult, function_name, run_local
+from disttutor.checks.tolerances import FORMULA_RTOL
 
 PARTS = ("weights", "gradients", "optimizer")
 STAGE_NAMES = {0: "plain DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
@@ -58,7 +58,7 @@ def _check(fn: Callable) -> str | None:
     # 2) a measurement: what a real model and Adam hold on one device
     import torch
 
-    from ..models import MLP, seeded
+    from disttutor.workloads.models import MLP, seeded
 
     model = seeded(MLP, 0, 16, [32, 32], 4)
     opt = torch.optim.Adam(model.parameters())

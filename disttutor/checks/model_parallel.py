@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
-from .tolerances import SPLIT_MODEL_RTOL
+from disttutor.contract.options import cli, opt
+from disttutor.checks.adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
+from disttutor.checks.tolerances import SPLIT_MODEL_RTOL
 
 NPROC = 3  # first, middle and last stage: the middle one both receives and sends in each direction
 
@@ -43,8 +43,8 @@ def _train_and_compare(fn: Callable, cfg: StageCheckConfig, rank: int, world: in
     import torch
     import torch.nn.functional as F
 
-    from ..data import regression
-    from ..programs.model_parallel import MPConfig, full_model, stage_of
+    from disttutor.workloads.data import regression
+    from disttutor.programs.model_parallel import MPConfig, full_model, stage_of
 
     mp = MPConfig(steps=cfg.steps, warmup=0, batch=16, width=8, d_out=2, layers_per_stage=1)
     stage = stage_of(full_model(mp, world), rank, world, mp.layers_per_stage).to(device)
@@ -88,8 +88,8 @@ def _train_and_compare(fn: Callable, cfg: StageCheckConfig, rank: int, world: in
 
 
 def run(cfg: StageCheckConfig) -> None:
-    from .. import runtime
-    from .adapter import load_exercise
+    from disttutor.rank import runtime
+    from disttutor.checks.adapter import load_exercise
 
     with runtime.setup() as ctx:
         runtime.report(**_train_and_compare(load_exercise(cfg.source, cfg.name), cfg, ctx.rank, ctx.world_size,

@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..options import cli, opt
-from .adapter import CheckResult, LearnerCode, function_name, run_check, to_source
+from disttutor.contract.options import cli, opt
+from disttutor.checks.adapter import CheckResult, LearnerCode, function_name, run_check, to_source
 
 # Torch's DDP and the scratch wrapper sum the same fp32 numbers in different orders (the
 # data-parallel tolerance, see tolerances.py); all-reducing k times (k x the gradient averaged
 # k times is still right!) is caught by the COUNT, and a missing sync by >1e-2.
-from .tolerances import DATA_PARALLEL_RTOL as RTOL  # noqa: E402
+from disttutor.checks.tolerances import DATA_PARALLEL_RTOL as RTOL  # noqa: E402
 BUCKET_CAP = 2500  # elements: splits the chapter's 32-64-64-8 MLP into 3 buckets
 COLLECTIVE_TIMEOUT_S = 10.0
 # Learner code for 8.1 extends chapter 4's wrapper; these names are in scope for it.
@@ -72,9 +72,10 @@ def _train_and_compare(cls: Any, cfg: NoSyncCheck) -> dict[str, Any]:
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from .. import perf, runtime
-    from ..scratch.buckets import plan_buckets
-    from ..train import compare
+    from disttutor.data_parallel import perf
+    from disttutor.rank import runtime
+    from disttutor.scratch.buckets import plan_buckets
+    from disttutor.data_parallel.train import compare
 
     ctx = runtime.context()
     mine, theirs = perf.model().to(ctx.device), perf.model().to(ctx.device)
@@ -123,8 +124,8 @@ def _train_and_compare(cls: Any, cfg: NoSyncCheck) -> dict[str, Any]:
 
 
 def _run(cfg: NoSyncCheck) -> None:
-    from .. import runtime
-    from .adapter import load_exercise
+    from disttutor.rank import runtime
+    from disttutor.checks.adapter import load_exercise
 
     with runtime.setup():
         runtime.report(**_train_and_compare(load_exercise(cfg.source, cfg.name), cfg))

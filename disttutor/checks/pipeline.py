@@ -9,7 +9,7 @@ actions rank ``rank`` of a ``p``-stage pipeline runs for ``m`` micro-batches. Th
 1. runs torch's own ``Schedule1F1B`` on real ranks once (chapter 7's program,
    :mod:`disttutor.programs.pipeline`, 3 ranks, 4 micro-batches) and compares every rank's
    *measured* order of forwards and backwards with the learner's list;
-2. then compares with :func:`disttutor.schedules.rank_orders` (the chapter's model of torch's
+2. then compares with :func:`disttutor.pipeline.schedules.rank_orders` (the chapter's model of torch's
    schedule, itself tested against torch's runs) for shapes not launched here: more ranks,
    more micro-batches, and fewer micro-batches than stages.
 Orders are lists of small integers: the comparison is exact.
@@ -17,7 +17,7 @@ Orders are lists of small integers: the comparison is exact.
 Exercise 7.2. The learner writes ``bubble_fraction(events)``: from every rank's reported
 events ``[kind, mb, stage, start_s, end_s]`` (what :mod:`disttutor.programs.pipeline` reports),
 the fraction of the run's window that the ranks spent not computing. Checked here, without
-ranks, against :func:`disttutor.schedules.bubble_stats` on drawn schedules and on event lists
+ranks, against :func:`disttutor.pipeline.schedules.bubble_stats` on drawn schedules and on event lists
 that look like measurements: absolute clock times, uneven slots, gaps, events out of order.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Callable
 
 import random
 
-from ..schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner, run_local
+from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
+from disttutor.checks.adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner, run_local
 
 LAUNCHED = (3, 4)  # p ranks, m micro-batches run on real ranks
 MODELLED = ((4, 8), (4, 2), (2, 5), (1, 3))
@@ -35,7 +35,7 @@ MODELLED = ((4, 8), (4, 2), (2, 5), (1, 3))
 
 def measured_orders(p: int, m: int, timeout: float = JOB_TIMEOUT_S) -> list[list[tuple[str, int]]]:
     """Each rank's order of F and B on a real run of torch's Schedule1F1B (events sorted by start time)."""
-    from ..launch import launch
+    from disttutor.launcher.launch import launch
 
     res = launch("pipeline", p, {"schedule": "1f1b", "microbatches": m, "steps": 1, "batch": 4 * m, "width": 8,
                                  "no_reference": True}, stream=False, timeout=timeout)

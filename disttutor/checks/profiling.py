@@ -15,16 +15,16 @@ import shutil
 import tempfile
 from typing import Callable
 
-from .adapter import CheckResult, function_name, run_local, stub_problem, to_source
+from disttutor.checks.adapter import CheckResult, function_name, run_local, stub_problem, to_source
 
 NPROC = 3  # a blind guess is right 1 time in 3; the relabelled rounds make it 1 in 27
 
 
 def check_straggler(fn: Callable | str, nproc: int = NPROC, slow_ms: float = 40.0) -> CheckResult:
     """Exercise 9.1: ``fn(traces) -> rank``, ``traces = {rank: [trace events]}``."""
-    from ..launch import launch
-    from ..programs.profile_ddp import ANSWER, ProfileConfig
-    from ..traces import load
+    from disttutor.launcher.launch import launch
+    from disttutor.programs.profile_ddp import ANSWER, ProfileConfig
+    from disttutor.troubleshoot.traces import load
 
     stub = stub_problem(to_source(fn))
     if stub:  # no ranks needed to say so

@@ -1,9 +1,9 @@
 """Checker for Exercise 10.1 (write the resume logic) -- chapter 10.
 
 The learner writes ``resume(ckpt_dir, model, optimizer, scheduler) -> int``: restore the newest
-complete checkpoint written by :func:`disttutor.checkpoint.save` and return how many steps it had
+complete checkpoint written by :func:`disttutor.lm.checkpoint.save` and return how many steps it had
 done (0 when there is none). :func:`check_resume` runs chapter 10's training loop
-(:func:`disttutor.lm_loop.train`, a tiny configuration) on 2 ranks under torchrun with one
+(:func:`disttutor.lm.loop.train`, a tiny configuration) on 2 ranks under torchrun with one
 elastic restart:
 
 * attempt 0: an uninterrupted reference run, then the same run with checkpoints every 2 steps,
@@ -25,10 +25,11 @@ from typing import Callable
 
 import torch
 
-from .. import checkpoint, runtime
-from ..lm_loop import LMConfig, attempt, train
-from ..options import cli, opt
-from .adapter import CheckResult, LearnerCode, function_name, load_exercise, run_check
+from disttutor.lm import checkpoint
+from disttutor.rank import runtime
+from disttutor.lm.loop import LMConfig, attempt, train
+from disttutor.contract.options import cli, opt
+from disttutor.checks.adapter import CheckResult, LearnerCode, function_name, load_exercise, run_check
 
 COLLECTIVE_TIMEOUT_S = 30.0
 STEPS, CKPT_EVERY = 8, 2
@@ -38,10 +39,10 @@ TINY = dict(steps=STEPS, seq_len=32, micro_batch=4, accum=2, d_model=32, heads=2
 
 def check_resume(fn: Callable | str, nproc: int = 2, fail_at_step: int | None = None) -> CheckResult:
     """Exercise 10.1: the resumed run must end exactly where the uninterrupted one does."""
-    from .adapter import to_source
+    from disttutor.checks.adapter import to_source
 
     if re.search(r"\bcheckpoint\.load\(|\bdefault_resume\b", to_source(fn)):  # answered here, no ranks needed
-        return CheckResult("10.1", False, ["write the loading yourself -- disttutor.checkpoint.load is the "
+        return CheckResult("10.1", False, ["write the loading yourself -- disttutor.lm.checkpoint.load is the "
                                            "answer key (use dcp.load, set_state_dict, ... as the hints say)"])
     # A random step after the first checkpoint: resuming from step 0 would hide most mistakes.
     k = fail_at_step if fail_at_step is not None else random.Random().randint(CKPT_EVERY + 1, STEPS - 1)
@@ -53,7 +54,7 @@ def check_resume(fn: Callable | str, nproc: int = 2, fail_at_step: int | None = 
 
 
 def _forbidden(*args, **kwargs):
-    raise RuntimeError("Exercise 10.1: write the loading yourself -- disttutor.checkpoint.load is the answer key")
+    raise RuntimeError("Exercise 10.1: write the loading yourself -- disttutor.lm.checkpoint.load is the answer key")
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Checkers for Exercises 11.1 (ZeRO-1 from scratch) and 11.2 (FSDP from scratch) -- chapter 11.
 
-Both train :func:`disttutor.sharding.tiny_lm` (tied embeddings, a frozen
+Both train :func:`disttutor.sharding.model.tiny_lm` (tied embeddings, a frozen
 positional embedding, LayerNorm) on real ranks with the learner's class and,
 after every step, compare with the same model trained in one process on the
-full batch (:mod:`disttutor.sharding`'s ``update_diff``: the whole model's
+full batch (:mod:`disttutor.sharding.model`'s ``update_diff``: the whole model's
 update as one vector). They also add up, over the ranks, what is stored:
 
 * 11.1 ``ZeroOne(params, torch.optim.AdamW, lr=..., weight_decay=...)``: gradients are
@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from ..options import cli, opt
-from .adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
+from disttutor.contract.options import cli, opt
+from disttutor.checks.adapter import JOB_TIMEOUT_S, CheckResult, LearnerCode, function_name, run_check
 
 #: fp32 sharded vs one process: different summation orders, a few ulps per step; the whole
 #: update then differs by ~1e-6 relative (measured 4e-7 on 4 ranks) -- 1e-4 is 100x headroom,
@@ -84,7 +84,7 @@ def _phase(step_fn, full_params, cfg, ctx, opt_name: str, dtype=None) -> dict[st
     """Train learner and reference ``cfg.steps`` steps; None when every step matched."""
     import torch
 
-    from .. import sharding as S
+    from disttutor.sharding import model as S
 
     ref, start = S.tiny_lm(), S.tiny_lm()
     ref_opt = (S.adamw(ref.parameters(), LR) if opt_name == "AdamW"
@@ -123,8 +123,8 @@ def _phase(step_fn, full_params, cfg, ctx, opt_name: str, dtype=None) -> dict[st
 def _zero1(cls, cfg: ShardingCheck, ctx) -> dict[str, Any]:
     import torch
 
-    from .. import sharding as S
-    from ..scratch.buckets import allreduce_mean_
+    from disttutor.sharding import model as S
+    from disttutor.scratch.buckets import allreduce_mean_
 
     model = S.tiny_lm()
     try:
@@ -157,7 +157,7 @@ def _zero1(cls, cfg: ShardingCheck, ctx) -> dict[str, Any]:
 def _fsdp(cls, cfg: ShardingCheck, ctx) -> dict[str, Any]:
     import torch
 
-    from .. import sharding as S
+    from disttutor.sharding import model as S
 
     n_trainable = S.counts(S.tiny_lm())[1]
     for opt_name, dtype in (("SGD", None), ("AdamW", None), ("AdamW", torch.bfloat16)):
@@ -190,8 +190,8 @@ def _fsdp(cls, cfg: ShardingCheck, ctx) -> dict[str, Any]:
 
 
 def _run(cfg: ShardingCheck) -> None:
-    from .. import runtime
-    from .adapter import load_exercise
+    from disttutor.rank import runtime
+    from disttutor.checks.adapter import load_exercise
 
     with runtime.setup() as ctx:
         cls = load_exercise(cfg.source, cfg.name)

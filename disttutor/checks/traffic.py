@@ -5,15 +5,15 @@ The learner writes ``predict_sent(pattern, n, n_params, batch, d_in, d_out, elem
 checker runs the chapter's traffic program (:mod:`disttutor.programs.dp_traffic`) once, on 3
 real ranks measuring groups of 2 and 3, and compares the prediction with the bytes rank 0
 really handed to gloo; then with the chapter's formula
-(:func:`disttutor.data_parallel.expected_bytes`, itself tested against measurements) for 4
+(:func:`disttutor.data_parallel.dataparallel.expected_bytes`, itself tested against measurements) for 4
 and 8 devices, which this machine does not launch. Byte counts are integers: exact.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from .adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
-from ..data_parallel import expected_bytes
+from disttutor.checks.adapter import JOB_TIMEOUT_S, CheckResult, function_name, load_learner
+from disttutor.data_parallel.dataparallel import expected_bytes
 
 PATTERNS = ("dp-copy", "ddp-ring")
 MEASURED_SIZES = (2, 3)
@@ -21,7 +21,7 @@ MEASURED_SIZES = (2, 3)
 
 def measure(timeout: float = JOB_TIMEOUT_S) -> dict:
     """Rank 0's measured bytes per step: ``{(pattern, n): sent}`` and the model's shape."""
-    from ..launch import launch
+    from disttutor.launcher.launch import launch
 
     res = launch("dp_traffic", max(MEASURED_SIZES),
                  {"steps": 1, "sizes": list(MEASURED_SIZES), "patterns": list(PATTERNS)},

@@ -12,22 +12,22 @@ From a notebook: ``%load_ext disttutor``, then ``%ranks start -n 4`` and
 """
 from __future__ import annotations
 
-from .cells import LiveError
-from .pool import PoolConfig, Ranks
-from .report import CellResult
+from disttutor.live.cells import LiveError
+from disttutor.live.pool import PoolConfig, Ranks
+from disttutor.live.report import CellResult
 
 __all__ = ["Ranks", "PoolConfig", "CellResult", "LiveError", "current", "last_result"]
 
 
 def current() -> Ranks | None:
     """The pool the ``%ranks`` magics use (None before ``%ranks start``)."""
-    from . import magics
+    from disttutor.live import magics
 
     return magics.STATE.pool
 
 
 def last_result() -> CellResult | None:
     """The result of the last ``%%ranks`` cell (so a notebook can assert on it)."""
-    from . import magics
+    from disttutor.live import magics
 
     return magics.STATE.last

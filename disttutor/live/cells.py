@@ -21,8 +21,8 @@ import time
 from multiprocessing.connection import wait
 from typing import Any, Iterable
 
-from . import protocol
-from .report import CellResult, parse_stack, where
+from disttutor.live import protocol
+from disttutor.live.report import CellResult, parse_stack, where
 
 INTERRUPT_GRACE_S = 2.0  # a rank in Python code answers SIGINT within milliseconds
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from .cells import LiveError
-from .pool import Ranks
-from .report import CellResult
+from disttutor.live.cells import LiveError
+from disttutor.live.pool import Ranks
+from disttutor.live.report import CellResult
 
 
 @dataclass

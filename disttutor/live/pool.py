@@ -25,12 +25,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from .. import contract
-from ..config import require_positive
-from ..launch import _torchrun_argv, free_port, max_procs
-from ..procs import PRCTL, die_with_parent, kill_tree
-from . import protocol
-from .cells import CellRunner, LiveError
+from disttutor import contract
+from disttutor.contract.config import require_positive
+from disttutor.launcher.launch import _torchrun_argv, free_port, max_procs
+from disttutor.contract.procs import PRCTL, die_with_parent, kill_tree
+from disttutor.live import protocol
+from disttutor.live.cells import CellRunner, LiveError
 
 _POOLS: "weakref.WeakSet[Ranks]" = weakref.WeakSet()
 

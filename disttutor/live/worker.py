@@ -2,7 +2,7 @@
 
 Started by :class:`disttutor.live.Ranks` as ``python -m disttutor.live.worker``
 under torchrun, like every program of the course: the process group comes from
-:func:`disttutor.runtime.setup` (so it dies with torchrun, and torchrun with
+:func:`disttutor.rank.runtime.setup` (so it dies with torchrun, and torchrun with
 the kernel). It then connects back to the kernel over the authenticated
 loopback channel of :mod:`disttutor.live.protocol` and serves one request at a
 time in its main thread, keeping one namespace for the whole session.
@@ -32,7 +32,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import torch
 import torch.distributed as dist
 
-from disttutor import runtime
+from disttutor.rank import runtime
 from disttutor.live import protocol
 
 _MAX_REPR = 4000  # a huge tensor's repr would flood the cell; the value stays on the rank

@@ -24,10 +24,11 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from disttutor import perf, runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
-from disttutor.train import compare
+from disttutor.data_parallel import perf
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
+from disttutor.data_parallel.train import compare
 
 # fp32, different summation order (k local means, then a rank average, versus one mean): the
 # data-parallel tolerance (tolerances.py); a wrong scaling (forgetting /k) is off by >1e-1.

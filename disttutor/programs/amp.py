@@ -21,9 +21,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from disttutor import perf, runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.data_parallel import perf
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from disttutor import runtime
-from disttutor.config import require_non_negative, require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_non_negative, require_positive
+from disttutor.contract.options import cli, opt
 
 OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter",
        "send_recv", "isend_irecv", "barrier")

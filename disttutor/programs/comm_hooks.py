@@ -11,7 +11,7 @@ Each hook trains a fresh DDP replica of the same seeded model on the same batche
 * ``learner`` -- a hook loaded from ``--source FILE --name FUNC``: Exercise 8.2's checker runs the
   learner's own from-scratch hook here (the course ships no from-scratch copy: it would be the answer).
 
-Bytes are counted by :class:`disttutor.perf.CommRecorder` as the hooks call ``dist.all_reduce``::
+Bytes are counted by :class:`disttutor.data_parallel.perf.CommRecorder` as the hooks call ``dist.all_reduce``::
 
     disttutor run comm_hooks -n 2 -- --hooks allreduce fp16 powersgd
 """
@@ -26,9 +26,10 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from disttutor import perf, runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.data_parallel import perf
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 Hook = Literal["allreduce", "fp16", "bf16", "powersgd", "learner"]
 POWERSGD_START = 2  # PowerSGD needs >= 2 plain steps first when error feedback is on (torch checks it)

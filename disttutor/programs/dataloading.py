@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 
 class DecodeDataset(Dataset):

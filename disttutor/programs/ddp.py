@@ -3,7 +3,7 @@
 What changed from the article, and why (each is a comment below too):
 
 * torchrun starts the ranks and sets ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_*``;
-  no ``mp.spawn``, no hard-coded port 12355 (:func:`disttutor.runtime.setup`).
+  no ``mp.spawn``, no hard-coded port 12355 (:func:`disttutor.rank.runtime.setup`).
 * backend and device come from the machine: NCCL + ``cuda:LOCAL_RANK`` with GPUs,
   gloo + CPU without. The article's ``.to(rank)`` uses the *global* rank, which
   is not a GPU index on a second node.
@@ -30,11 +30,11 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from disttutor import runtime
-from disttutor.data import classification
-from disttutor.models import MLP, param_summary
-from disttutor.config import require_non_negative, require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.workloads.data import classification
+from disttutor.workloads.models import MLP, param_summary
+from disttutor.contract.config import require_non_negative, require_positive
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Data-parallel training with a wrapper chosen by flag: torch's DDP or one built from scratch (chapter 4).
 
-The same loop (:mod:`disttutor.train`) runs under each wrapper of ``--wrappers``
+The same loop (:mod:`disttutor.data_parallel.train`) runs under each wrapper of ``--wrappers``
 in turn: ``torch`` (``DistributedDataParallel``), ``naive`` (all-reduce every
 gradient after backward), ``bucketed`` (async bucket all-reduces launched from
 gradient hooks during backward). Each rank reports ``runs[wrapper]``. Modes:
@@ -24,11 +24,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from disttutor import runtime
-from disttutor.config import require_non_negative, require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_non_negative, require_positive
+from disttutor.contract.options import cli, opt
 from disttutor.scratch.ddp import BucketedDDP, NaiveDDP
-from disttutor.train import (Reference, TrainConfig, build_data, build_model, compare, global_batch, local_batch,
+from disttutor.data_parallel.train import (Reference, TrainConfig, build_data, build_model, compare, global_batch, local_batch,
                              make_optimizer, train_step)
 
 WRAPPERS = ("torch", "naive", "bucketed")
@@ -37,7 +37,7 @@ WRAPPERS = ("torch", "naive", "bucketed")
 @dataclass(frozen=True)
 class ScratchConfig:
     # The shared loop's model, data and optimiser: its fields are this program's flags too
-    # (--samples, --batch, --hidden, ...), written once, in disttutor.train.
+    # (--samples, --batch, --hidden, ...), written once, in disttutor.data_parallel.train.
     train: TrainConfig = field(default_factory=TrainConfig)
     bucket_cap: int = opt(600, "elements per bucket (torch DDP: converted to bucket_cap_mb)")
     reference: bool = opt(False, "compare every rank with a single-process model after each step")

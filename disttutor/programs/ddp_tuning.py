@@ -31,9 +31,10 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.checkpoint import checkpoint
 
-from disttutor import perf, runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.data_parallel import perf
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.models import MLP, seeded
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.workloads.models import MLP, seeded
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

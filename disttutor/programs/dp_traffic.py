@@ -12,7 +12,7 @@ fixed batch exactly as DataParallel would:
 
 Every byte is counted from the size of the tensor handed to a real gloo
 send/recv/scatter/gather; the counts are compared with the textbook formulas in
-:func:`disttutor.data_parallel.expected_bytes`. These are collectives between CPU
+:func:`disttutor.data_parallel.dataparallel.expected_bytes`. These are collectives between CPU
 *processes*, not GPU peer copies: the byte counts carry over, the timings do not.
 
     disttutor run dp_traffic -n 4 -- --steps 3 --sizes 2 3 4   # N = 2, 3, 4 in one job
@@ -28,11 +28,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from disttutor import data, models, runtime
-from disttutor.wire import Wire, chain_broadcast, chain_reduce, counted_ring_all_reduce, star_broadcast, star_reduce
-from disttutor.data_parallel import PATTERNS
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.workloads import data
+from disttutor.workloads import models
+from disttutor.rank import runtime
+from disttutor.data_parallel.wire import Wire, chain_broadcast, chain_reduce, counted_ring_all_reduce, star_broadcast, star_reduce
+from disttutor.data_parallel.dataparallel import PATTERNS
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 
 # --------------------------------------------------------------------------- one training step each

@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
-from disttutor.train import TrainConfig, build_data, build_model
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
+from disttutor.data_parallel.train import TrainConfig, build_data, build_model
 
 
 @dataclass(frozen=True)

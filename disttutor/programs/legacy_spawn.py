@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from disttutor import runtime
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

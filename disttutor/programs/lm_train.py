@@ -1,6 +1,6 @@
 """Train chapter 10's language model with DDP, checkpoints and elastic restarts (article §10, §11.3).
 
-The loop is :func:`disttutor.lm_loop.train`; this program runs it on every rank and reports
+The loop is :func:`disttutor.lm.loop.train`; this program runs it on every rank and reports
 the loss curves, validation losses, throughput and generated text. Rank 0 also writes the final
 parameters to ``final_params.pt`` in the run directory (read back with ``weights_only=True``), so
 a notebook can compare two runs parameter by parameter::
@@ -19,9 +19,9 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 import torch  # noqa: E402
 
-from disttutor import runtime  # noqa: E402
-from disttutor.lm_loop import LMConfig, train  # noqa: E402
-from disttutor.options import cli  # noqa: E402
+from disttutor.rank import runtime  # noqa: E402
+from disttutor.lm.loop import LMConfig, train  # noqa: E402
+from disttutor.contract.options import cli  # noqa: E402
 
 FINAL_PARAMS = "final_params.pt"
 

@@ -1,9 +1,9 @@
 """Plain model parallelism: an MLP split by layers across ranks (chapter 6).
 
 Rank ``r`` holds stage ``r`` (``layers_per_stage`` consecutive ``Linear`` layers
-of :class:`disttutor.models.MLP`). Each step pushes the *whole* batch through
+of :class:`disttutor.workloads.models.MLP`). Each step pushes the *whole* batch through
 the stages one after another, then the gradient back through them in reverse
-(:mod:`disttutor.p2p` does the sends and receives). While one stage computes,
+(:mod:`disttutor.pipeline.p2p` does the sends and receives). While one stage computes,
 every other stage waits: each rank records when it was busy and when it
 waited, and reports that timeline so the notebook can draw it::
 
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from disttutor import runtime
-from disttutor.data import regression
-from disttutor.models import MLP, seeded
-from disttutor.p2p import StageLink
-from disttutor.timeline import Timeline
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.workloads.data import regression
+from disttutor.workloads.models import MLP, seeded
+from disttutor.pipeline.p2p import StageLink
+from disttutor.pipeline.timeline import Timeline
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What data, tensor, layer and pipeline parallelism each split (chapter 1).
 
-One tiny model (:class:`disttutor.models.MLP`), one fixed dataset
-(:func:`disttutor.data.regression`), four ways to spread the work over ranks.
+One tiny model (:class:`disttutor.workloads.models.MLP`), one fixed dataset
+(:func:`disttutor.workloads.data.regression`), four ways to spread the work over ranks.
 Every rank reports *what it holds* (samples, layers, hidden units,
 micro-batches) and the numbers it computed, so the notebook can check them
 against a single-process reference::
@@ -30,11 +30,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DistributedSampler
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
-from disttutor.data import regression
-from disttutor.models import MLP, seeded
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
+from disttutor.workloads.data import regression
+from disttutor.workloads.models import MLP, seeded
 
 Mode = Literal["data", "tensor", "layer", "pipeline", "all"]
 MODES = get_args(Mode)

@@ -1,6 +1,6 @@
 """Pipeline-parallel training with ``torch.distributed.pipelining`` (chapter 7).
 
-The model (:class:`disttutor.models.MLP`) is cut into ``world_size * v``
+The model (:class:`disttutor.workloads.models.MLP`) is cut into ``world_size * v``
 stages; rank ``r`` holds stages ``r, r + p, ...`` (one stage for GPipe and
 1F1B, ``v`` for interleaved 1F1B). Each step splits one mini-batch into
 ``m`` micro-batches, runs the chosen schedule (every forward and backward of
@@ -24,12 +24,12 @@ from torch import nn
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                           ScheduleInterleaved1F1B)
 
-from disttutor import runtime
-from disttutor.data import regression
-from disttutor.models import MLP, seeded
-from disttutor.schedules import SCHEDULES, ScheduleName
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.workloads.data import regression
+from disttutor.workloads.models import MLP, seeded
+from disttutor.pipeline.schedules import SCHEDULES, ScheduleName
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from disttutor import runtime
-from disttutor.data import regression
-from disttutor.options import cli
+from disttutor.rank import runtime
+from disttutor.workloads.data import regression
+from disttutor.contract.options import cli
 from disttutor.programs.pipeline import D_IN, D_OUT, PipeConfig, compare, reference_losses, train
 
 DP, PP = 2, 2

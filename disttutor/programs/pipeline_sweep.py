@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.data import regression
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.workloads.data import regression
+from disttutor.contract.options import cli, opt
 from disttutor.programs.pipeline import D_IN, D_OUT, PipeConfig, train
 
 

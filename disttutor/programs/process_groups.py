@@ -1,7 +1,7 @@
 """Process groups: who am I, who are we, and smaller groups inside the world (chapter 2).
 
 Each rank reports what torchrun told it through environment variables, the
-backend/device :func:`disttutor.runtime.setup` picked (NCCL + ``cuda:LOCAL_RANK``
+backend/device :func:`disttutor.rank.runtime.setup` picked (NCCL + ``cuda:LOCAL_RANK``
 on GPUs, gloo + CPU otherwise: no edit needed), and then builds subgroups:
 
 * ``dist.new_group([...])`` twice -- the even ranks and the odd ranks;
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 #: Variables torchrun sets for every worker whose values are the same on every
 #: run; MASTER_PORT and TORCHELASTIC_RUN_ID change each launch (shown by name only).

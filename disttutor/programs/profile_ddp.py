@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from disttutor import runtime
-from disttutor.config import require_non_negative, require_positive
-from disttutor.models import MLP
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_non_negative, require_positive
+from disttutor.workloads.models import MLP
+from disttutor.contract.options import cli, opt
 
 ANSWER = "answer.json"
 

@@ -3,7 +3,7 @@
 The three stage classes and ``ModelParallelNet`` below are the article's code
 unchanged except for sizes (``--vocab``, ``--d-model``, ... default to small
 values; ``nn.Transformer``'s other defaults are kept). What is *not* the
-article's is the harness, :func:`disttutor.runtime.rpc_setup`, which replaces
+article's is the harness, :func:`disttutor.rank.runtime.rpc_setup`, which replaces
 ``mp.spawn`` + a hard-coded ``MASTER_PORT='29500'`` + ``import os`` (missing in
 the article) with torchrun's environment, a short ``rpc_timeout``,
 ``rpc.shutdown()`` in ``finally`` and a per-rank report for the launcher.
@@ -26,9 +26,9 @@ import torch.nn as nn
 import torch.distributed.rpc as rpc
 from torch.distributed.rpc import remote
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 # -- the article's code (sizes as parameters; article: 10000 / 1000 / 10 heads / 10 classes) --------------
 SIZES = {"vocab": 10000, "d_model": 1000, "nhead": 10, "classes": 10}

@@ -5,7 +5,7 @@ each worker holding one stage behind an RRef), with the three fixes:
 
 1. stages exchange *tensors* (``rref.rpc_sync().forward(x)``), not RRefs;
 2. ``(batch, seq, d_model)`` layout (``batch_first=True``) -- see
-   :class:`disttutor.models.TransformerStage`;
+   :class:`disttutor.workloads.models.TransformerStage`;
 3. it trains: forward and backward inside ``dist_autograd.context()``,
    ``dist_autograd.backward(ctx_id, [loss])`` follows the graph across the RPCs,
    and ``DistributedOptimizer`` updates each parameter on the worker that owns
@@ -28,11 +28,11 @@ import torch.nn.functional as F
 from torch import nn, optim
 from torch.distributed.rpc import RRef
 
-from disttutor import runtime
-from disttutor.data import tokens
-from disttutor.models import article_rpc_stage
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.workloads.data import tokens
+from disttutor.workloads.models import article_rpc_stage
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 N_STAGES = 3  # worker1: embedding, worker2: transformer, worker3: classifier
 

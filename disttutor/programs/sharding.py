@@ -1,6 +1,6 @@
 """DDP, ZeRO-1 from scratch, FSDP from scratch (fp32 and bf16) and FSDP2 on the same ranks, one launch.
 
-Introduced in chapter 11. Each strategy trains :func:`disttutor.sharding.tiny_lm`
+Introduced in chapter 11. Each strategy trains :func:`disttutor.sharding.model.tiny_lm`
 (tied embeddings, a frozen positional embedding, LayerNorm, MLP) with AdamW for
 ``--steps`` steps on the same global batches; every rank reports, per strategy,
 the bytes it really holds (parameters, gradients, optimiser state) next to
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from disttutor import runtime
-from disttutor import sharding as S
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.sharding import model as S
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 STRATEGIES = ("ddp", "zero1", "fsdp_scratch", "fsdp_scratch_bf16", "fsdp2")
 STAGE = {"ddp": 0, "zero1": 1, "fsdp_scratch": 3, "fsdp_scratch_bf16": 3, "fsdp2": 3}
@@ -102,7 +102,7 @@ def checkpoint_roundtrip(model, optimizer, ctx, cfg) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from disttutor import checkpoint
+    from disttutor.lm import checkpoint
 
     directory = os.path.join(runtime.run_dir() or ".", "fsdp2_checkpoints")
     path = checkpoint.save(directory, cfg.steps, model, optimizer)

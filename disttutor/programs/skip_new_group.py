@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from disttutor import runtime
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

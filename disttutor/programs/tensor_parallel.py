@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 
 @dataclass(frozen=True)

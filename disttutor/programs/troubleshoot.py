@@ -1,6 +1,6 @@
 """Chapter 9's troubleshooting lab: many failure modes, one job, each bounded by seconds.
 
-Each mode of :mod:`disttutor.repro_group` runs on a fresh process group with a
+Each mode of :mod:`disttutor.troubleshoot.repro_group` runs on a fresh process group with a
 short timeout: first the mistake (its error text or misbehaviour is the
 *symptom*), then the fix (the *fixed* run). Modes whose diagnosis tool is
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` run a third time under it. Each rank reports
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
-from disttutor.repro_group import MODES, new_group
-from disttutor.results import readable_error
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
+from disttutor.troubleshoot.repro_group import MODES, new_group
+from disttutor.contract.errors import readable_error
 
 # Modes whose diagnosis is TORCH_DISTRIBUTED_DEBUG=DETAIL (it fingerprints every collective).
 # Not DDP modes: a DDP built on a group created after set_debug_level(DETAIL) mid-run segfaults in

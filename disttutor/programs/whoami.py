@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from disttutor import runtime
-from disttutor.config import require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_positive
+from disttutor.contract.options import cli, opt
 
 #: The variables torchrun sets for every worker (torch/distributed/elastic/agent/server/api.py).
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",

@@ -13,7 +13,7 @@ from typing import Iterator
 
 from torch import nn
 
-from .ddp import BucketedDDP
+from disttutor.scratch.ddp import BucketedDDP
 
 
 class NoSyncDDP(BucketedDDP):

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .buckets import InFlight, allreduce_mean_, finish_bucket, launch_bucket, plan_buckets
+from disttutor.scratch.buckets import InFlight, allreduce_mean_, finish_bucket, launch_bucket, plan_buckets
 
 
 def broadcast_params_(module: nn.Module, src: int = 0) -> None:

@@ -45,7 +45,7 @@ def sweep(algos: Sequence[str] = ALGOS, nprocs: Sequence[int] = (2,), sizes: Seq
     Returns rows ``{"algo", "nproc", "bytes", "time_s", "algbw", "busbw"}`` (bandwidths in
     bytes/s). Raises :class:`ValueError` if any algorithm failed its correctness check.
     """
-    from disttutor.launch import launch
+    from disttutor.launcher.launch import launch
 
     sizes = list(sizes or default_sizes())
     bad = [a for a in algos if a not in ALGOS]

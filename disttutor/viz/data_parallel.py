@@ -2,7 +2,7 @@
 
 :func:`traffic_rows` turns the :class:`~disttutor.RunResult` of a
 ``disttutor.programs.dp_traffic`` launch into plain rows (measured bytes next
-to the formula of :func:`disttutor.data_parallel.expected_bytes`);
+to the formula of :func:`disttutor.data_parallel.dataparallel.expected_bytes`);
 :func:`plot_traffic` draws them. No widgets, no torch: tests call both.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from disttutor.data_parallel import PATTERNS, expected_bytes
+from disttutor.data_parallel.dataparallel import PATTERNS, expected_bytes
 
 STYLE = {"dp-copy": ("tab:red", "o", "DataParallel, copies (no NCCL; the article's picture)"),
          "dp-chain": ("tab:orange", "s", "DataParallel, pipelined broadcast/reduce (NCCL's shape)"),

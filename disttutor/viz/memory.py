@@ -3,13 +3,13 @@
 Introduced in chapter 1. :func:`plot_strategies` is a plain function (data +
 matplotlib figure) used by the notebook's static figure, by the widget and
 by the tests; :func:`calculator` only wires ipywidgets to it. The formulas
-live in :mod:`disttutor.memory`.
+live in :mod:`disttutor.sharding.memory`.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from disttutor import memory as mem
+from disttutor.sharding import memory as mem
 
 COLORS = {"weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#55A868", "activations": "#C44E52"}
 
@@ -98,7 +98,7 @@ def calculator():
         box.rows = rows  # what is on screen, as data (tests read it; no display needed)
         with table:
             table.clear_output(wait=True)
-            from disttutor.results import format_table
+            from disttutor.launcher.results import format_table
             print(format_table(rows))
 
     for c in controls.values():

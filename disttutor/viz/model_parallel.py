@@ -2,7 +2,7 @@
 
 :func:`plot_timeline` draws the spans (forward, backward, optimizer, send,
 recv) that every rank of a ``disttutor.programs.model_parallel`` launch
-reported, on one time axis (:func:`~disttutor.timeline.aligned_spans`).
+reported, on one time axis (:func:`~disttutor.pipeline.timeline.aligned_spans`).
 A plain function returning a matplotlib figure; it needs no launch, only the
 report dicts.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
-from disttutor.timeline import aligned_spans
+from disttutor.pipeline.timeline import aligned_spans
 
 COLORS = {"fwd": "tab:blue", "bwd": "tab:orange", "opt": "tab:green", "recv": "0.85", "send": "0.6"}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
-from disttutor.schedules import SCHEDULES, PipeSpec, Slot, bubble_stats, formula, formula_text, simulate
+from disttutor.pipeline.schedules import SCHEDULES, PipeSpec, Slot, bubble_stats, formula, formula_text, simulate
 
 # Forward light, backward dark; for interleaved, the rank's second chunk in another hue.
 _COLORS = {("F", 0): "#9ecae1", ("B", 0): "#3182bd", ("F", 1): "#fdd0a2", ("B", 1): "#e6550d",
@@ -127,7 +127,7 @@ def bubble_widget(spec: PipeSpec | None = None):
 def model_figure(rows: list[dict], note: str = ""):
     """Measured bubble vs the formula vs theory + measured overhead, against m, one panel per schedule.
 
-    ``rows``: :func:`disttutor.bubble_model.explain` results (one per schedule and m).
+    ``rows``: :func:`disttutor.pipeline.bubble_model.explain` results (one per schedule and m).
     """
     schedules = list(dict.fromkeys(r["schedule"] for r in rows))
     fig, axes = plt.subplots(1, len(schedules), figsize=(5.5 * len(schedules), 3.6), sharey=True,

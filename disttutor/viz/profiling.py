@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from ..traces import segments
+from disttutor.troubleshoot.traces import segments
 
 COLORS = {"forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green", "comm": "tab:red",
           "data": "tab:gray"}  # chapter 10's input batches

@@ -1,0 +1,141 @@
+"""What each chapter is, what it costs, and the words it teaches (every chapter).
+
+Each chapter opens with ``disttutor.course.chapters.header(N)`` and ends with
+``disttutor.course.chapters.glossary(N)``. The header says what the chapter needs,
+which section of the Chinese article it follows (with the article's own
+heading), how long it ran when it was last built (measured by
+``scripts/build_notebooks.py``, stored in ``chapters/build_times.json``) and
+where to turn when something fails. The glossary is drawn from one file,
+``disttutor/course/glossary.yaml``, so every chapter uses the same words.
+
+This module imports no torch.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = ["Chapter", "CHAPTERS", "chapter", "header", "header_markdown", "glossary", "glossary_markdown",
+           "terms", "BUILD_TIMES"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD_TIMES = os.path.join(ROOT, "chapters", "build_times.json")
+GLOSSARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "glossary.yaml")
+
+CPU_ONLY = "CPU only (GPUs optional: the same code picks NCCL and one GPU per rank)"
+
+
+@dataclass(frozen=True)
+class Chapter:
+    number: int
+    stem: str                      # chapters/<stem>.ipynb
+    title: str
+    sections: str                  # the article's sections, e.g. "§3"
+    zh: tuple[str, ...]            # the article's headings, verbatim
+    needs: str = CPU_ONLY
+
+    @property
+    def notebook(self) -> str:
+        return f"chapters/{self.stem}.ipynb"
+
+
+# The article's headings are quoted verbatim from shared/seed/article-zh.txt
+# (tests/test_chapters_meta.py checks that each one occurs in it).
+CHAPTERS: dict[int, Chapter] = {c.number: c for c in [
+    Chapter(0, "00_setup", "Setup: your first distributed job", "—", ()),
+    Chapter(1, "01_why_distributed", "Why distributed training", "§1, §2",
+            ("1. 引言", "2. 分布式训练基础")),
+    Chapter(2, "02_process_groups_collectives", "Process groups and collectives", "§3",
+            ("3. PyTorch分布式训练核心概念",)),
+    Chapter(3, "03_data_parallel", "DataParallel", "§4", ("4. 数据并行（DataParallel）",),
+            needs="CPU only; the real nn.DataParallel path needs 2+ GPUs (the chapter says what runs without)"),
+    Chapter(4, "04_ddp", "DistributedDataParallel", "§5.1, §5.2, §5.4",
+            ("5. 分布式数据并行（DistributedDataParallel）",)),
+    Chapter(5, "05_multi_node", "Several machines", "§5.3", ("5.3 多机训练扩展",)),
+    Chapter(6, "06_model_parallel_rpc", "Model parallelism and RPC", "§6", ("6. 模型并行",)),
+    Chapter(7, "07_pipeline_parallel", "Pipeline parallelism", "§7", ("7. 混合并行策略",)),
+    Chapter(8, "08_performance", "Performance techniques", "§8", ("8. 性能优化技巧",)),
+    Chapter(9, "09_profiling_troubleshooting", "Profiling and troubleshooting", "§9", ("9. 性能分析与调试",)),
+    Chapter(10, "10_capstone_lm", "Capstone: a language model, trained and fault tolerant", "§10, §11.3",
+            ("10. 实战案例：大规模语言模型训练",)),
+    Chapter(11, "11_beyond_ddp", "Beyond DDP: FSDP, tensor parallelism, outlook", "§11",
+            ("11. 总结与展望",)),
+]}
+
+
+def chapter(number: int) -> Chapter:
+    if number not in CHAPTERS:
+        raise ValueError(f"no chapter {number!r}; chapters are {sorted(CHAPTERS)}")
+    return CHAPTERS[number]
+
+
+def _build_times() -> dict:
+    try:
+        with open(BUILD_TIMES) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def header_markdown(number: int, build: dict | None = None) -> str:
+    """The chapter's opening card as Markdown (``build``: one entry of build_times.json)."""
+    c = chapter(number)
+    build = build if build is not None else _build_times().get(c.stem)
+    if build:
+        cost = (f"about {build['seconds']:.0f} s top to bottom, measured when this notebook was last built "
+                f"(on {build['cores']} CPU cores, {build['gpus']} GPUs, torch {build['torch']})")
+    else:
+        cost = "not measured yet (this notebook has not been built by `python3 course.py execute`)"
+    lines = [f"**Chapter {c.number} — {c.title}**", "",
+             "| | |", "|---|---|",
+             f"| needs | {c.needs} |",
+             f"| runs | {cost} |"]
+    if c.zh:
+        lines.append(f"| article | {c.sections}: " + " / ".join(f"「{h}」" for h in c.zh) + " |")
+    lines.append("| if something fails | run `disttutor doctor` (or `python3 course.py doctor`); "
+                 "chapter 9 lists common errors and their fixes |")
+    return "\n".join(lines)
+
+
+def header(number: int):
+    """Display the chapter's opening card (call it in the chapter's first code cell)."""
+    from IPython.display import Markdown
+
+    return Markdown(header_markdown(number))
+
+
+@lru_cache(maxsize=1)
+def _glossary() -> tuple[dict, ...]:
+    import yaml
+
+    with open(GLOSSARY, encoding="utf-8") as f:
+        entries = yaml.safe_load(f)
+    for e in entries:
+        missing = {"zh", "en", "chapter"} - set(e)
+        if missing:
+            raise ValueError(f"glossary entry {e!r} lacks {sorted(missing)}")
+    return tuple(entries)
+
+
+def terms(number: int) -> list[dict]:
+    """Glossary entries a chapter introduces, in file order."""
+    chapter(number)
+    return [e for e in _glossary() if e["chapter"] == number]
+
+
+def glossary_markdown(number: int) -> str:
+    rows = terms(number)
+    if not rows:
+        return f"*Chapter {number} introduces no new glossary terms.*"
+    out = [f"**Glossary — chapter {number}** (中文 ↔ English)", "", "| 中文 | English | note |", "|---|---|---|"]
+    out += [f"| {e['zh']} | {e['en']} | {e.get('note', '')} |" for e in rows]
+    return "\n".join(out)
+
+
+def glossary(number: int):
+    """Display the chapter's zh↔en glossary (call it in the chapter's last cell)."""
+    from IPython.display import Markdown
+
+    return Markdown(glossary_markdown(number))
