@@ -19,7 +19,7 @@ from disttutor.live import Ranks
 TRIVIAL = "t = torch.ones(1) * rank\ndist.all_reduce(t)\nt.item()"
 STUCK = "t = torch.ones(2)\nif rank != 1:\n    dist.all_reduce(t)\nt"
 
-SCRIPT = '''from disttutor import runtime
+SCRIPT = '''from disttutor.rank import runtime
 import torch, torch.distributed as dist
 with runtime.setup() as ctx:
     rank = ctx.rank

@@ -37,7 +37,7 @@ def test_rejects_wrong_resume(src, words, no_leftovers):
 
 
 def test_calling_the_answer_key_is_refused():
-    src = 'def resume(ckpt_dir, model, optimizer, scheduler):\n    from disttutor import checkpoint\n' \
+    src = 'def resume(ckpt_dir, model, optimizer, scheduler):\n    from disttutor.lm import checkpoint\n' \
           '    p = checkpoint.latest(ckpt_dir)\n    return checkpoint.load(p, model, optimizer, scheduler=scheduler)["step"] if p else 0\n'
     res = check_resume(src, fail_at_step=3)
     assert not res.passed and "answer key" in str(res), str(res)

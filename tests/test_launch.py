@@ -135,7 +135,7 @@ def test_user_script_path_runs(tmp_path, no_leftovers):
     script = tmp_path / "mine.py"
     script.write_text(
         "import torch, torch.distributed as dist\n"
-        "from disttutor import runtime\n"
+        "from disttutor.rank import runtime\n"
         "with runtime.setup() as ctx:\n"
         "    t = torch.tensor([float(ctx.rank)])\n"
         "    dist.all_reduce(t, op=dist.ReduceOp.MAX)\n"
@@ -146,7 +146,7 @@ def test_user_script_path_runs(tmp_path, no_leftovers):
 
 _PROGRESS_SCRIPT = (
     "import time\n"
-    "from disttutor import runtime\n"
+    "from disttutor.rank import runtime\n"
     "with runtime.setup() as ctx:\n"
     "    for s in range(1, 4):\n"
     "        runtime.progress(s, 3, desc='demo', loss=10.0 / s)  # rank 0's lines only\n"
