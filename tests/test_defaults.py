@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 
+import os
+
 import pytest
 
 import disttutor
@@ -52,6 +54,19 @@ def test_teacher_default_reaches_every_launch_and_an_explicit_backend_wins(monke
     assert _captured_env(monkeypatch, run_dir=str(tmp_path / "c"))["CUDA_VISIBLE_DEVICES"] == ""
     monkeypatch.setenv(contract.ENV_GPUS, "first")
     with pytest.raises(ValueError, match="DISTTUTOR_GPUS='first'"):
+        disttutor.launch("hello", 2)
+
+
+def test_rank_env_reaches_every_rank_and_an_explicit_env_wins(monkeypatch, tmp_path):
+    """DISTTUTOR_RANK_ENV: variables for every rank (not the kernel); launch(env=...) still wins."""
+    monkeypatch.setenv(contract.ENV_RANK_ENV, 'ATEN_CPU_CAPABILITY=default GLOO_SOCKET_IFNAME="lo"')
+    env = _captured_env(monkeypatch, run_dir=str(tmp_path / "a"))
+    assert env["ATEN_CPU_CAPABILITY"] == "default" and env["GLOO_SOCKET_IFNAME"] == "lo"
+    assert "ATEN_CPU_CAPABILITY" not in os.environ  # the kernel's own numerics are untouched
+    env = _captured_env(monkeypatch, env={"ATEN_CPU_CAPABILITY": "avx2"}, run_dir=str(tmp_path / "b"))
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2"
+    monkeypatch.setenv(contract.ENV_RANK_ENV, "ATEN_CPU_CAPABILITY")
+    with pytest.raises(ValueError, match="is not NAME=VALUE"):
         disttutor.launch("hello", 2)
 
 

@@ -372,7 +372,10 @@ layers = [res.results[r]["layer"]["layers"] for r in range(W)]
 assert sorted(i for l_ in layers for i in l_) == list(range(7))  # 4 Linear + 3 ReLU modules, each on one rank
 with torch.no_grad():
     want_l = ref(X)
-assert torch.equal(torch.tensor(res.results[W - 1]["layer"]["out"]), want_l)  # same ops, same order: bit-exact
+# Same ops in the same order, yet not bit-exact across processes: a matmul's last bits depend on the
+# kernel the CPU library picks (AVX2 or AVX-512, the memory alignment of its inputs), and the ranks and
+# this kernel need not pick the same one. So: equal to float32 rounding.
+torch.testing.assert_close(torch.tensor(res.results[W - 1]["layer"]["out"]), want_l, rtol=1e-5, atol=1e-6)
 ticks = [res.results[r]["layer"]["ticks"] for r in range(W)]
 n_ticks = max(max(t) for t in ticks) + 1
 busy = sum(len(t) for t in ticks) / (W * n_ticks)

@@ -56,7 +56,8 @@ print(f"autocast dtype: {prec.name}, GradScaler needed: {prec.scaler}")
 # `2**16` before backward, and divides again — in fp32 — before the step. bf16 has fp32's 8
 # exponent bits: the same range, fewer mantissa bits (less precision), and no underflow here.
 
-# %% tags=["nbval-check-output"]
+# %%
+# (Not a checked cell: the digits below are exact IEEE conversions, but the asserts are what check them.)
 g = torch.tensor(1e-8)  # a realistic tiny gradient entry
 print("fp16 of 1e-8:             ", g.half().item())
 print("fp16 of 1e-8 * 2**16:     ", (g * 2**16).half().item())
@@ -140,9 +141,10 @@ def clipped_norm(unscale_first: bool) -> float:
 
 
 right, wrong = clipped_norm(True), clipped_norm(False)
-print(f"unscale then clip: gradient norm {right:.4f}  (<= 1.0, as asked)")
-print(f"clip then unscale: gradient norm {wrong:.2e} (65536x too small)")
 assert abs(right - 1.0) < 1e-4 and abs(wrong * 2**16 - 1.0) < 1e-3
+# Printed no finer than the asserts above guarantee, so the checked text is the same on any machine.
+print(f"unscale then clip: gradient norm {right:.3f}  (<= 1.0, as asked)")
+print(f"clip then unscale: gradient norm {wrong * 2**16:.2f} / 65536 (65536x too small)")
 
 # %% [markdown]
 # ## 2. Gradient accumulation (article §8.2)
@@ -383,8 +385,11 @@ print(f"saved: {saved_bytes / 2**20:.1f} MiB = one copy of the gradients")
 # %% tags=["nbval-check-output"]
 sg = {v["flag"]: v for v in t["static_graph"]}
 for f, v in sg.items():
-    print(f"static_graph={f!s:5}: " + (f"DDP raised: {v['error']}" if "error" in v
-                                       else f"largest gradient difference vs one process {v['max_err']:.1e}"))
+    # The verdict, not the difference itself: at 1e-8 its digits are float rounding, another CPU's differ.
+    verdict = ("equal to one process (largest difference < 1e-5)" if v.get("max_err", 1) < 1e-5
+               else "NOT equal to one process (largest difference > 1e-3)" if v.get("max_err", 0) > 1e-3
+               else "between 1e-5 and 1e-3 from one process")
+    print(f"static_graph={f!s:5}: " + (f"DDP raised: {v['error']}" if "error" in v else f"gradients {verdict}"))
 assert sg[True].get("max_err", 1) < 1e-5   # with static_graph: the single-process gradients
 wrong = sg[False].get("max_err", 0) > 1e-3
 print("without static_graph:", "DDP refused the model" if "error" in sg[False] else

@@ -6,7 +6,7 @@ stays cheap to import.
 
     launcher  --env-->  ranks        ENV_RUN_DIR, ENV_BACKEND, ENV_COLLECTIVE_TIMEOUT, ENV_AGENT
     launcher  --env-->  agent        ENV_LAUNCHER_PID;  agent --env--> ranks  ENV_AGENT_PID
-    teacher   --env-->  launcher     ENV_DEFAULT_BACKEND, ENV_GPUS
+    teacher   --env-->  launcher     ENV_DEFAULT_BACKEND, ENV_GPUS, ENV_RANK_ENV
     ranks  --files-->   launcher     report_path(run_dir, rank) -> run_dir/rank{r}.json
     ranks  --stdout-->  launcher     PROGRESS_TAG + json   (rank 0's progress bar)
     both                             errors.blame_of(error text): "wait" | "peer" | "self"
@@ -33,6 +33,7 @@ ENV_AGENT_PID = "DISTTUTOR_AGENT_PID"                      # set by the agent fo
 # Course-wide defaults a teacher sets before JupyterLab starts (an explicit launch() argument wins).
 ENV_DEFAULT_BACKEND = "DISTTUTOR_DEFAULT_BACKEND"          # "auto" | "gloo" | "nccl"
 ENV_GPUS = "DISTTUTOR_GPUS"                                # "0,1" -> CUDA_VISIBLE_DEVICES of every job
+ENV_RANK_ENV = "DISTTUTOR_RANK_ENV"                        # "K=V K2=V2" added to every rank's environment
 
 # Collectives that wait longer than this fail instead of hanging. Gloo's default is 30 minutes,
 # far too long for a learner staring at a cell. The ranks apply it; the launcher and user scripts

@@ -2,6 +2,9 @@
 
     DISTTUTOR_DEFAULT_BACKEND=gloo   every launch() without backend= runs on gloo/CPU
     DISTTUTOR_GPUS=0,1               every job sees only these GPUs (CUDA_VISIBLE_DEVICES); "none": no GPU
+    DISTTUTOR_RANK_ENV="K=V K2=V2"   these variables in every rank's environment (not the kernel's), e.g.
+                                     GLOO_SOCKET_IFNAME=eth0, TORCH_DISTRIBUTED_DEBUG=DETAIL; the tests use it
+                                     to give the ranks other float kernels than the kernel (ATEN_CPU_CAPABILITY)
 
 On a shared GPU box this puts thirty students' jobs where the teacher wants
 them; an explicit ``launch(..., backend=...)`` still wins. Chapter 0 shows
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 
 from disttutor import contract
 
@@ -44,3 +48,23 @@ def gpus_env() -> dict[str, str]:
     if not re.fullmatch(r"\d+(,\d+)*", gpus.replace(" ", "")):
         raise ValueError(f"{contract.ENV_GPUS}={gpus!r}: give GPU indices like 0,1 (or 'none')")
     return {"CUDA_VISIBLE_DEVICES": gpus.replace(" ", "")}
+
+
+def rank_env() -> dict[str, str]:
+    """``DISTTUTOR_RANK_ENV="K=V K2=V2"`` -> ``{"K": "V", "K2": "V2"}`` for every job's ranks.
+
+    Shell-quoted words (``K="a b"``); an explicit ``launch(env=...)`` still wins.
+    """
+    raw = os.environ.get(contract.ENV_RANK_ENV, "").strip()
+    out: dict[str, str] = {}
+    try:
+        words = shlex.split(raw)
+    except ValueError as exc:
+        raise ValueError(f"{contract.ENV_RANK_ENV}={raw!r}: {exc}") from None
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ValueError(f"{contract.ENV_RANK_ENV}={raw!r}: {word!r} is not NAME=VALUE "
+                             "(give space-separated NAME=VALUE words)")
+        out[key] = value
+    return out

@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from disttutor import contract
 from disttutor.launcher.collect import collect
-from disttutor.launcher.defaults import BACKENDS, default_backend, gpus_env
+from disttutor.launcher.defaults import BACKENDS, default_backend, gpus_env, rank_env
 from disttutor.contract.options import check_args, to_argv
 from disttutor.contract.procs import PRCTL, kill_tree, tie_to_parent
 from disttutor.launcher.stream import Display, label as _label, progress as _progress
@@ -223,7 +223,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
         raise TypeError(f"launch() got unknown option(s): {bad}. {hint} Valid options: {', '.join(_OPTIONS)}.")
     if backend is None:
         backend = default_backend()[0]
-    gpus = gpus_env()
+    gpus, course_env = gpus_env(), rank_env()
     _validate(nproc, nnodes, backend, timeout, env, threads, max_procs_override or max_procs(), gpus)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
@@ -246,6 +246,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
         contract.ENV_LAUNCHER_PID: str(os.getpid()),
         "TORCH_CPP_LOG_LEVEL": child_env.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
         **gpus,
+        **course_env,  # a teacher's (or the tests') variables for every rank: DISTTUTOR_RANK_ENV
     })
     if collective_timeout is not None:
         child_env[contract.ENV_COLLECTIVE_TIMEOUT] = str(float(collective_timeout))
