@@ -89,3 +89,30 @@ def test_script_path_runs_through_the_wrapper(tmp_path):
     script.write_text("")
     name, target = disttutor.resolve_program(str(script))
     assert target == ["-m", "disttutor.rank.user_script", str(script)]
+
+
+def test_usable_cores_follow_affinity_and_the_override(monkeypatch):
+    """Runs are sized from the cores this process may use (taskset, cgroups), not the machine's count."""
+    from disttutor.contract import machine
+
+    monkeypatch.delenv(contract.ENV_CORES, raising=False)
+    if hasattr(os, "sched_getaffinity"):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # as under `taskset -c 0`
+        assert disttutor.cores() == 1
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+        monkeypatch.setattr(machine, "_cgroup_quota", lambda: 4.0)  # a container limited to 4 CPUs
+        assert disttutor.cores() == 4
+    monkeypatch.setenv(contract.ENV_CORES, "8")
+    assert disttutor.cores() == 8
+    monkeypatch.setenv(contract.ENV_CORES, "many")
+    with pytest.raises(ValueError, match="DISTTUTOR_CORES='many'"):
+        disttutor.cores()
+
+
+def test_cgroup_quota_is_read(tmp_path):
+    from disttutor.contract.machine import _cgroup_quota
+
+    (tmp_path / "a").write_text("200000 100000\n")
+    (tmp_path / "b").write_text("max 100000\n")
+    assert _cgroup_quota(str(tmp_path / "a")) == 2.0
+    assert _cgroup_quota(str(tmp_path / "b")) is None and _cgroup_quota(str(tmp_path / "none")) is None

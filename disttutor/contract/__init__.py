@@ -13,7 +13,8 @@ stays cheap to import.
 
 The package ``disttutor.contract`` is the layer both sides stand on: this module, the command
 line derived from a program's config (:mod:`~disttutor.contract.options`, its validation helpers
-:mod:`~disttutor.contract.config`) the process tree's life (:mod:`~disttutor.contract.procs`) and how both sides read an error's
+:mod:`~disttutor.contract.config`) the process tree's life (:mod:`~disttutor.contract.procs`), the cores a job has
+(:mod:`~disttutor.contract.machine`) and how both sides read an error's
 text (:mod:`~disttutor.contract.errors`).
 It imports no torch and nothing from ``disttutor.launcher`` or ``disttutor.rank``.
 """
@@ -33,6 +34,7 @@ ENV_AGENT_PID = "DISTTUTOR_AGENT_PID"                      # set by the agent fo
 # Course-wide defaults a teacher sets before JupyterLab starts (an explicit launch() argument wins).
 ENV_DEFAULT_BACKEND = "DISTTUTOR_DEFAULT_BACKEND"          # "auto" | "gloo" | "nccl"
 ENV_GPUS = "DISTTUTOR_GPUS"                                # "0,1" -> CUDA_VISIBLE_DEVICES of every job
+ENV_CORES = "DISTTUTOR_CORES"                              # how many cores runs are sized for (default: affinity)
 ENV_RANK_ENV = "DISTTUTOR_RANK_ENV"                        # "K=V K2=V2" added to every rank's environment
 
 # Collectives that wait longer than this fail instead of hanging. Gloo's default is 30 minutes,

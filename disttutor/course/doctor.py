@@ -7,6 +7,7 @@ all-reduce launched through :func:`disttutor.launch`.
 from __future__ import annotations
 
 import os
+from disttutor.contract.machine import usable_cores
 import platform
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,7 @@ def doctor(nproc: int = 2, run: bool = True, timeout: float = 60.0) -> DoctorRep
         "python": platform.python_version(),
         "platform": f"{platform.system()} {platform.machine()}",
         "torch": torch.__version__,
-        "cpu cores": os.cpu_count(),
+        "cpu cores": f"{usable_cores()} usable of {os.cpu_count()}",
         "gpus": n_gpu,
         "backends built": ", ".join(k for k, v in backends().items() if v) or "none",
     }

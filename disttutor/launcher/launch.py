@@ -43,6 +43,7 @@ from disttutor.contract.options import check_args, to_argv
 from disttutor.contract.procs import PRCTL, kill_tree, tie_to_parent
 from disttutor.launcher.stream import Display, label as _label, progress as _progress
 from disttutor.launcher.results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
+from disttutor.contract.machine import usable_cores
 
 __all__ = ["launch", "resolve_program", "free_port", "max_procs", "default_backend"]
 
@@ -57,7 +58,7 @@ _OPTIONS = ("nproc", "args", "nnodes", "backend", "timeout", "collective_timeout
 
 def max_procs() -> int:
     """The most ranks one launch may start on this machine (CPU ranks share cores)."""
-    return max(8, 2 * (os.cpu_count() or 1))
+    return max(8, 2 * usable_cores())
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -110,7 +111,7 @@ class TooManyProcesses(ValueError):
         super().__init__(self.hint(override))
 
     def hint(self, override: str) -> str:
-        return (f"{self.count} processes is too many for this machine ({os.cpu_count()} CPU cores; at most "
+        return (f"{self.count} processes is too many for this machine ({usable_cores()} usable CPU cores; at most "
                 f"{self.limit} per launch). Use fewer ranks, or pass {override.format(count=self.count)} "
                 "if you really mean it.")
 

@@ -18,7 +18,6 @@ and does not pin; each row reports whether its batches were pinned and what torc
 """
 from __future__ import annotations
 
-import os
 import time
 import warnings
 import zlib
@@ -30,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from disttutor.rank import runtime
 from disttutor.contract.config import require_positive
 from disttutor.contract.options import cli, opt
+from disttutor.contract.machine import usable_cores
 
 
 class DecodeDataset(Dataset):
@@ -138,7 +138,7 @@ def run(cfg: LoadConfig) -> None:
         for s in todo:
             rows.append(measure(ds, sampler, cfg, s, ctx.device))
             runtime.progress(len(rows), len(todo), desc="data loading", workers=s.workers)
-        runtime.report(rows=rows, cores=os.cpu_count(), accelerator=torch.cuda.is_available(),
+        runtime.report(rows=rows, cores=usable_cores(), accelerator=torch.cuda.is_available(),
                        per_rank=len(sampler))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+from disttutor.contract.machine import usable_cores
 from typing import Callable
 
 import torch
@@ -215,7 +216,7 @@ class _Pids(torch.utils.data.Dataset):
 def dataloader_oversubscription(pg, rank, world, fixed):
     from torch.utils.data import DataLoader
 
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     workers = max(0, cores // world - 1) if fixed else 2  # the fix: workers <= cores per rank - 1
     pids = {int(p) for b in DataLoader(_Pids(), batch_size=2, num_workers=workers) for p in b}
     n = torch.tensor([len(pids - {os.getpid()}) + 1])  # worker processes plus this rank's own

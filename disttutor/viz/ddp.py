@@ -7,9 +7,9 @@
 """
 from __future__ import annotations
 
-import os
-
 import matplotlib.pyplot as plt
+
+from disttutor.contract.machine import usable_cores
 
 
 def plot_trace(traces: dict[str, list], ax=None):
@@ -57,7 +57,7 @@ def plot_step_times(timings: dict[int, dict[str, float]], per_rank: int, backend
     a1.legend()
     a2.legend()
     # The title names what the ranks really used (passed from the run), not what the build machine had.
-    where = f"{device}/{backend}" + (f" on {os.cpu_count()} CPU cores" if device.startswith("cpu") else "")
+    where = f"{device}/{backend}" + (f" on {usable_cores()} CPU cores" if device.startswith("cpu") else "")
     fig.suptitle(f"{where} — measured in this run; other machines and backends differ")
     fig.tight_layout()
     return fig
