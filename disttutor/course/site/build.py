@@ -157,7 +157,11 @@ def build(out: str, cache: str) -> str:
     missing = stems - {c.stem for c in chapters}
     if missing:
         raise SystemExit(f"course.py site: no chapter card for {sorted(missing)} in disttutor/chapters.py")
-    if os.path.isdir(out):
+    if os.path.isdir(out) and os.listdir(out):
+        # Replaced whole (no stale page survives), but only a folder that holds a site already:
+        # a mistyped --out must not delete a folder of the learner's.
+        if not os.path.exists(os.path.join(out, "assets", "search-index.js")):
+            raise SystemExit(f"course.py site: {out} is not empty and holds no site; pick another --out")
         shutil.rmtree(out)
     for d in ("chapters", "notebooks/src", "assets/lab"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
