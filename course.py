@@ -8,6 +8,7 @@
     python3 course.py reset 02            # your chapter 2 back to the course's (a backup is kept)
     python3 course.py test                # run every test (unit + all notebooks)
     python3 course.py execute [chapters/src/NN_x.py ...]   # maintainers: rebuild chapters
+    python3 course.py site                # the course as a static website in site/ (nothing re-run)
 
 You work in workspace/ (your own copies of chapters/, made on first `lab`; git ignores them),
 so a course update never touches your work. --cpu / --gpu force the PyTorch build installed
@@ -269,6 +270,14 @@ def execute(paths: list[str]) -> int:
     return run_forwarding([PY, os.path.join(ROOT, "scripts", "build_notebooks.py"), *paths], cwd=ROOT, env=_env())
 
 
+def site(extra: list[str]) -> int:
+    global EXTRAS
+    if "site" not in EXTRAS.split(","):  # the site's build tools: an extra, not the learner's install
+        EXTRAS = f"{EXTRAS},site"
+    ensure_env()
+    return run_forwarding([PY, "-m", "disttutor.course.site", *extra], cwd=ROOT, env=_env())
+
+
 def disttutor(cmd: str):
     def passthrough(extra: list[str]) -> int:
         ensure_env()
@@ -277,7 +286,7 @@ def disttutor(cmd: str):
 
 
 def main() -> int:
-    cmds = {"lab": lab, "test": test, "execute": execute, "update": update, "reset": reset,
+    cmds = {"lab": lab, "test": test, "execute": execute, "update": update, "reset": reset, "site": site,
             "doctor": disttutor("doctor"), "run": disttutor("run")}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         print(__doc__)

@@ -48,6 +48,7 @@ SLOW_FIRST = [
     "chapters/02_process_groups_collectives.ipynb",  # ~140
     "tests/test_kernel_kill.py",            # ~140: ten kernels killed
     "tests/test_browser.py",                # ~140: chapters 0 and 1 run in Chromium
+    "tests/test_site.py",                   # ~70: the website built, every page in Chromium
     "chapters/09_profiling_troubleshooting.ipynb",   # ~130
     "chapters/00_setup.ipynb",              # ~115
     "tests/test_grade.py",                  # ~115: a class graded, one learner hangs

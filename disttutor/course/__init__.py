@@ -1,0 +1,1 @@
+"""Tools that build, check and publish the course itself (not used inside a chapter)."""

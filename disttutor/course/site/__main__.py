@@ -1,0 +1,5 @@
+import sys
+
+from disttutor.course.site.build import main
+
+sys.exit(main())

@@ -1,0 +1,144 @@
+"""One committed chapter notebook as one web page, outputs as they were committed (never re-run).
+
+The page is nbconvert's JupyterLab HTML (the same cells, outputs and widget state a learner's
+JupyterLab shows) in the site's own frame (``templates/chapter.html.j2``). Before converting, a
+copy of the notebook is adapted for the web:
+
+* links between chapters (``04_ddp.ipynb``) point to the chapter pages;
+* a widget whose controls call back into the kernel (a slider that redraws a figure) is drawn
+  from its saved state with those controls disabled -- its figure is the one the build saw -- and
+  a line under it says "run the notebook to use this widget". Display-only widgets (progress
+  bars) render as they ended.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from html.parser import HTMLParser
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+# Models a learner acts on; their change events reach Python callbacks, which a static page lacks.
+CONTROL = re.compile(r"(Slider|Dropdown|Button|ToggleButtons|Select|SelectMultiple|Checkbox|Text|"
+                     r"Textarea|Combobox|RadioButtons|Play|ColorPicker|DatePicker|BoundedIntText|"
+                     r"BoundedFloatText|IntText|FloatText|Password|TagsInput)Model$")
+CHAPTER_LINK = re.compile(r"\]\((\d\d_[A-Za-z0-9_]+)\.ipynb(#[^)\s]*)?\)")
+NEEDS_KERNEL = ("<p class=\"dt-needs-kernel\">This widget is drawn from the state saved when the chapter "
+                "was built; its controls call Python. <strong>Run the notebook to use this widget.</strong></p>")
+
+
+def widget_state(nb) -> dict:
+    return nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+
+
+def widget_views(nb) -> list[str]:
+    """Model ids of the notebook's widget outputs, in order (what a page must render)."""
+    return [o["data"][WIDGET_VIEW]["model_id"] for c in nb.cells for o in c.get("outputs", [])
+            if WIDGET_VIEW in o.get("data", {})]
+
+
+def _tree(state: dict, model_id: str) -> list[str]:
+    """``model_id`` and every model it refers to (children, an Output's nested views...)."""
+    seen, todo = [], [model_id]
+    while todo:
+        m = todo.pop()
+        if m in seen or m not in state:
+            continue
+        seen.append(m)
+        todo += re.findall(r"IPY_MODEL_([0-9a-f]+)", repr(state[m].get("state", {})))
+    return seen
+
+
+def needs_kernel(state: dict, model_id: str) -> bool:
+    return any(CONTROL.search(state[m].get("model_name", "")) for m in _tree(state, model_id))
+
+
+def _web_markdown(text: str) -> str:
+    return CHAPTER_LINK.sub(lambda m: f"]({m.group(1)}.html{m.group(2) or ''})", text)
+
+
+def for_the_web(nb):
+    """A copy of ``nb`` adapted as the module docstring says (the committed file is untouched)."""
+    nb = copy.deepcopy(nb)
+    state = widget_state(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = _web_markdown(cell.source)
+        outputs = []
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "text/markdown" in data:
+                data["text/markdown"] = _web_markdown(data["text/markdown"])
+            outputs.append(out)
+            if WIDGET_VIEW in data and needs_kernel(state, data[WIDGET_VIEW]["model_id"]):
+                for m in _tree(state, data[WIDGET_VIEW]["model_id"]):
+                    if CONTROL.search(state[m].get("model_name", "")):
+                        state[m]["state"]["disabled"] = True
+                outputs.append({"output_type": "display_data", "metadata": {},
+                                "data": {"text/html": NEEDS_KERNEL}})
+        if "outputs" in cell:
+            cell.outputs = outputs
+    return nb
+
+
+def exporter():
+    from nbconvert import HTMLExporter
+
+    ex = HTMLExporter(template_name="lab", extra_template_paths=[TEMPLATES])
+    ex.template_file = "chapter.html.j2"
+    ex.exclude_anchor_links = False
+    return ex
+
+
+class Outline(HTMLParser):
+    """The page's headings (for the table of contents) and its text by section (for search)."""
+
+    SKIP = {"script", "style"}
+    VOID = {"img", "br", "hr", "input", "meta", "link", "source", "wbr", "col", "area"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, str]] = []
+        self.headings: list[dict] = []   # {"level", "id", "title", "in_markdown"}
+        self.sections: list[dict] = [{"id": "", "title": "", "text": []}]
+        self._heading: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in self.VOID:
+            return
+        self.stack.append((tag, a.get("class") or ""))
+        if tag in ("h1", "h2", "h3") and a.get("id"):
+            in_md = any("jp-MarkdownCell" in cls for _, cls in self.stack)
+            self._heading = {"level": int(tag[1]), "id": a["id"], "title": [], "in_markdown": in_md}
+
+    def handle_endtag(self, tag):
+        if tag in self.VOID:
+            return
+        while self.stack:
+            if self.stack.pop()[0] == tag:
+                break
+        if self._heading and tag == f"h{self._heading['level']}":
+            h = self._heading
+            h["title"] = " ".join("".join(h["title"]).replace("¶", "").split())
+            self.headings.append(h)
+            self.sections.append({"id": h["id"], "title": h["title"], "text": []})
+            self._heading = None
+
+    def handle_data(self, data):
+        if any(t in self.SKIP for t, _ in self.stack):
+            return
+        if self._heading is not None:
+            self._heading["title"].append(data)
+        else:
+            self.sections[-1]["text"].append(data)
+
+
+def outline(html: str) -> Outline:
+    o = Outline()
+    o.feed(html)
+    for s in o.sections:
+        s["text"] = " ".join(" ".join(s["text"]).split())
+    return o
