@@ -158,3 +158,40 @@ def test_scale_bench_program(no_leftovers):
     assert ck["bytes_on_disk"] >= 12 * ck["params"] and ck["seconds"] > 0
     # sizes are S in nccl-tests' sense, rounded to whole float32 shards
     assert {row["bytes"] for row in r["rows"]} == {4096, 1 << 20}
+
+
+def test_figures_and_planner_view():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from disttutor.viz import scale as viz
+
+    rows, fig = viz.planner_view("Llama 3 70B", 512, "H100", 8192, 512, efficiency=0.5, top=4)
+    assert len(rows) == 4 and fig is not None and all(r["fits"] for r in rows)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == [r["layout"] for r in rows]  # the bars are the ranked layouts, in order
+    plt.close(fig)
+    link = C.Link(1e-4, 1e9)
+    data = [{"op": "all_reduce", "bytes": s, "time_s": C.collective_time("all_reduce", s, 2, link)}
+            for s in (4096, 1 << 20)]
+    plt.close(viz.plot_fit(data, {"all_reduce": link}, 2))
+    plt.close(viz.plot_checkpoint_interval(3.0, 3 * 3600))
+    with pytest.raises(ValueError, match="unknown model"):
+        viz.planner_view("GPT-5")
+
+
+def test_problems_answers_and_checker(capsys):
+    from disttutor.scale import problems
+
+    assert sum(p.rel_tol is not None for p in problems.PROBLEMS.values()) >= 3 and len(problems.PROBLEMS) >= 6
+    # busbw by hand: 2^30 / 4 ms * 1.75 = 469.8 GB/s
+    assert problems.check("busbw", 470.0) and not problems.check("busbw", 268.4)
+    assert problems.check("mtbf", 54 * 24 / 419)
+    problems.answer("bubble")
+    assert "15 / 128" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no checker"):
+        problems.check("bubble", 0.1)
+    with pytest.raises(ValueError, match="no problem"):
+        problems.answer("nope")

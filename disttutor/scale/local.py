@@ -96,3 +96,9 @@ def pipeline_step(m: Machine, d_in: int, width: int, d_out: int, layers_per_stag
     handoff = m.t("send_recv", mb * width * FP32, 2)  # one activation (or its gradient) between neighbours
     comm = 2 * (p - 1) * handoff                      # the forward chain and the backward chain
     return {"compute": compute, "bubble": bubble, "comm": comm, "total": compute + bubble + comm}
+
+
+def tinylm_units(dim: int, ff: int, vocab: int, seq: int) -> dict[str, int]:
+    """Parameters of ``sharding --time``'s two FSDP2 units: the MLP, and the root (tied embedding,
+    frozen positions, LayerNorm, head bias) -- the program reports the same numbers from the model."""
+    return {"mlp": 2 * dim * ff + ff + dim, "root": vocab * dim + seq * dim + 2 * dim + vocab}
