@@ -65,7 +65,7 @@ print(f"{CORES} CPU cores; load average now {os.getloadavg()[0]:.1f}")
 # %%
 bench = disttutor.launch("scale_bench", nproc=N, **LAUNCH,
                          args={"sizes": (4096, 65536, 262144, 1 << 20, 4 << 20), "iters": 5,
-                               "matmul": (128, 256, 512), "checkpoint_mb": 8.0}).results[0]
+                               "matmul": (256, 512, 1024), "checkpoint_mb": 8.0}).results[0]
 links = {}
 for op in costmodel.COLLECTIVES:
     pts = [r for r in bench["rows"] if r["op"] == op]
@@ -79,7 +79,9 @@ print(format_table([{"collective": op, "alpha µs (measured)": round(l.alpha * 1
                                                                [r["time_s"] for r in bench["rows"] if r["op"] == op],
                                                                N), key=lambda x: abs(x - 1)), 2)}
                     for op, l in links.items()]))
-print(f"gamma (measured, {N} ranks multiplying at once): {gamma / 1e9:.1f} GFLOP/s per rank")
+print(format_table([{"n x n matmul": r["n"], "GFLOP/s per rank (measured)": round(r["flops"] / r["time_s"] / 1e9, 1)}
+                    for r in bench["matmul"]]))
+print(f"gamma (measured, {N} ranks multiplying at once; median of the two largest): {gamma / 1e9:.1f} GFLOP/s per rank")
 fig = viz.plot_fit(bench["rows"], links, N)
 plt.show()
 

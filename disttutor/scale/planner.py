@@ -210,11 +210,19 @@ def layouts(shape: ModelShape, n_gpus: int, seq: int, global_batch: int, gpus_pe
 
 def rank_layouts(shape: ModelShape, n_gpus: int, hardware: Hardware, seq: int, global_batch: int,
                  efficiency: float = 1.0, top: int = 8) -> list[Prediction]:
-    """The ``top`` layouts that fit in memory, fastest (tokens/s/GPU) first."""
+    """The ``top`` parallel layouts that fit in memory, fastest (tokens/s/GPU) first, each with its best
+    ZeRO stage and checkpointing choice."""
     preds = [predict(shape, lay, hardware, seq, global_batch, efficiency)
              for lay in layouts(shape, n_gpus, seq, global_batch, hardware.gpus_per_node)]
-    fitting = sorted((p for p in preds if p.fits), key=lambda p: -p.tokens_per_s_per_gpu)
-    return fitting[:top]
+    # Fastest first; on a tie (e.g. ZeRO-1 and FSDP when both hide their traffic) the smaller memory.
+    fitting = sorted((p for p in preds if p.fits), key=lambda p: (-round(p.tokens_per_s_per_gpu, 6), p.memory["total"]))
+    seen, out = set(), []
+    for p in fitting:  # one row per parallel layout: the ZeRO stage and checkpointing that suit it best
+        key = (p.layout.dp, p.layout.tp, p.layout.pp, p.layout.cp)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out[:top]
 
 
 def as_dict(p: Prediction) -> dict:
