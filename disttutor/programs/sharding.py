@@ -34,9 +34,13 @@ class ShardingConfig:
     batch: int = opt(8, "GLOBAL batch (sequences) per step, split evenly over the ranks")
     lr: float = opt(1e-2, "AdamW learning rate")
     checkpoint: bool = opt(True, "save and reload FSDP2's sharded model with torch.distributed.checkpoint")
+    time: bool = opt(False, "instead: time DDP and FSDP2 steps on a wider TinyLM (chapter 12's prediction)")
+    time_dim: int = opt(256, "--time: the TinyLM's width")
+    time_ff: int = opt(1024, "--time: the TinyLM's MLP width")
+    rounds: int = opt(3, "--time: timed rounds per strategy, interleaved to share the machine's noise")
 
     def __post_init__(self):
-        require_positive(self, "steps", "batch")
+        require_positive(self, "steps", "batch", "time_dim", "time_ff", "rounds")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
@@ -126,10 +130,53 @@ def checkpoint_roundtrip(model, optimizer, ctx, cfg) -> dict:
     return {"reloaded_equal": same, "optimizer_equal": same_opt, "step": meta["step"], "files": files}
 
 
+def time_strategies(cfg: ShardingConfig, ctx) -> dict:
+    """Median step time (ms) of DDP and FSDP2 on ``TinyLM(dim=time_dim, ff=time_ff)``, interleaved rounds
+    of ``steps`` steps after one untimed step; chapter 12 predicts these from its fitted cost model."""
+    import statistics
+    import time
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def fresh():
+        torch.manual_seed(0)
+        return S.TinyLM(dim=cfg.time_dim, ff=cfg.time_ff).to(ctx.device)
+
+    ddp = DDP(fresh())
+    fsdp = fresh()
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    fully_shard(fsdp.mlp, mesh=mesh)  # the same two units as the chapter-11 run
+    fully_shard(fsdp, mesh=mesh)
+    runs = {"ddp": (ddp, S.adamw(ddp.parameters(), cfg.lr)), "fsdp2": (fsdp, S.adamw(fsdp.parameters(), cfg.lr))}
+    x, y = S.data()
+    ms: dict[str, list[float]] = {k: [] for k in runs}
+    for rnd in range(cfg.rounds):
+        for name, (model, opt_) in runs.items():
+            for step in range(cfg.steps + 1):
+                if step == 1:
+                    t0 = runtime.barrier_time()  # all ranks start the timed block together
+                xb, yb = S.batch(x, y, step, cfg.batch, ctx.rank, ctx.world_size)
+                opt_.zero_grad(set_to_none=True)
+                S.loss_fn(model(xb), yb).backward()
+                opt_.step()
+            dist.barrier()  # the slowest rank ends the block
+            ms[name].append((time.perf_counter() - t0) / cfg.steps * 1e3)
+        runtime.progress(rnd + 1, cfg.rounds, desc="timing DDP and FSDP2")
+    units = {"mlp": sum(p.numel() for p in fresh().mlp.parameters())}
+    units["root"] = sum(p.numel() for p in fresh().parameters()) - units["mlp"]  # tied weight counted once
+    return {"step_ms": {k: statistics.median(v) for k, v in ms.items()}, "samples_ms": ms, "unit_params": units,
+            "local_tokens": cfg.batch // ctx.world_size * S.SEQ, "dim": cfg.time_dim, "ff": cfg.time_ff}
+
+
 def run(cfg: ShardingConfig) -> None:
     with runtime.setup() as ctx:
         if cfg.batch % ctx.world_size:
             raise ValueError(f"batch {cfg.batch} does not split evenly over {ctx.world_size} ranks")
+        if cfg.time:
+            runtime.report(timing=time_strategies(cfg, ctx))
+            return
         refs = {None: reference(cfg), torch.bfloat16: reference(cfg, torch.bfloat16)}
         n_params, n_trainable = S.counts(refs[None])
         out, fsdp2 = {}, None

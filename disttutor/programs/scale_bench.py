@@ -1,0 +1,159 @@
+"""The measurements chapter 12's cost model is fitted to: four collectives, a matmul, a checkpoint.
+
+For each collective of ``--ops`` and each size of ``--sizes`` (bytes ``S`` in nccl-tests' sense:
+the all-reduced tensor, the *gathered* tensor, the *scattered* input, the message): warm-up calls,
+then ``--iters`` timed calls, each right after a barrier; a call's time is its *slowest* rank's
+(a collective is done when the last rank is), and the reported time is the median over calls.
+``send_recv`` is rank 0 sending to rank 1 while the other ranks wait. Then every rank multiplies
+``n x n`` float32 matrices *at the same time* (as ranks compute together in training) for each
+``--matmul`` size: gamma is the slowest rank's FLOP/s. Last, every rank saves a model with AdamW
+state of about ``--checkpoint-mb`` MB with chapter 10's :mod:`disttutor.checkpoint` (atomic, DCP)::
+
+    disttutor run scale_bench -n 2 -- --sizes 4096 1048576 --iters 5
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from disttutor import runtime
+from disttutor.config import require_non_negative, require_positive
+from disttutor.options import cli, opt
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+
+
+@dataclass(frozen=True)
+class ScaleBenchConfig:
+    sizes: tuple[int, ...] = opt((4096, 65536, 1 << 20, 4 << 20), "bytes S of float32 data per call")
+    ops: tuple[str, ...] = opt(OPS, f"collectives to time, of {', '.join(OPS)}")
+    iters: int = opt(5, "timed calls per size and collective")
+    warmup: int = opt(1, "untimed calls first (connections, allocator)")
+    matmul: tuple[int, ...] = opt((128, 256, 512), "n of the n x n float32 matmuls timed for gamma")
+    matmul_reps: int = opt(5, "matmuls per timed block")
+    checkpoint_mb: float = opt(8.0, "size of the model + AdamW state saved once per rank (0: skip)")
+
+    def __post_init__(self):
+        bad = [o for o in self.ops if o not in OPS]
+        if bad or not self.ops:
+            raise ValueError(f"unknown collective(s) {bad or self.ops}; choose from {', '.join(OPS)}")
+        if not self.sizes or any(s < 64 for s in self.sizes) or any(s > 1 << 28 for s in self.sizes):
+            raise ValueError(f"sizes are bytes per call, each between 64 and 268435456, got {self.sizes}")
+        if not self.matmul or any(n < 8 or n > 4096 for n in self.matmul):
+            raise ValueError(f"matmul sizes must be between 8 and 4096, got {self.matmul}")
+        require_positive(self, "iters", "matmul_reps")
+        require_non_negative(self, "warmup", "checkpoint_mb")
+
+
+def make_call(op: str, nbytes: int, ctx):
+    """``(fn, S)``: a zero-argument function doing one call of ``op``, and its size S in bytes."""
+    n = ctx.world_size
+    numel = max(n, nbytes // 4 // n * n)               # divisible by n: equal shards
+    full = torch.zeros(numel, device=ctx.device)      # zeros stay zeros: repeated sums never overflow
+    part = torch.zeros(numel // n, device=ctx.device)
+    if op == "all_reduce":
+        return (lambda: dist.all_reduce(full)), numel * 4
+    if op == "all_gather":
+        return (lambda: dist.all_gather_into_tensor(full, part)), numel * 4
+    if op == "reduce_scatter":
+        return (lambda: dist.reduce_scatter_tensor(part, full)), numel * 4
+    if ctx.rank == 0:                                   # send/recv: ranks 0 and 1 talk, the others wait
+        return (lambda: dist.send(full, 1)), numel * 4
+    if ctx.rank == 1:
+        return (lambda: dist.recv(full, 0)), numel * 4
+    return (lambda: None), numel * 4
+
+
+def slowest(own: list[float], ctx) -> list[float]:
+    mine = torch.tensor(own, dtype=torch.float64, device=ctx.device)
+    every = [torch.empty_like(mine) for _ in range(ctx.world_size)]
+    dist.all_gather(every, mine)
+    return torch.stack(every).amax(0).tolist()
+
+
+def time_collectives(cfg: ScaleBenchConfig, ctx) -> list[dict]:
+    rows, total, done = [], len(cfg.ops) * len(cfg.sizes), 0
+    for size in cfg.sizes:
+        calls = {op: make_call(op, size, ctx) for op in cfg.ops}
+        own: dict[str, list[float]] = {op: [] for op in cfg.ops}
+        for it in range(cfg.warmup + cfg.iters):
+            for op, (fn, _) in calls.items():  # interleaved: a burst of load hits every collective alike
+                dist.barrier()
+                t0 = time.perf_counter()
+                fn()
+                if it >= cfg.warmup:
+                    own[op].append(time.perf_counter() - t0)
+        for op, (_, nbytes) in calls.items():
+            times = slowest(own[op], ctx)
+            rows.append({"op": op, "bytes": nbytes, "time_s": statistics.median(times), "times_s": times})
+            done += 1
+            runtime.progress(done, total, desc=f"collectives x{ctx.world_size}")
+    return rows
+
+
+def time_matmuls(cfg: ScaleBenchConfig, ctx) -> list[dict]:
+    rows = []
+    g = torch.Generator().manual_seed(ctx.rank)
+    for n in cfg.matmul:
+        a, b = (torch.randn(n, n, generator=g).to(ctx.device) for _ in range(2))
+        torch.mm(a, b)                                  # warm-up (allocator, library dispatch)
+        dist.barrier()                                  # every rank computes at the same time
+        t0 = time.perf_counter()
+        for _ in range(cfg.matmul_reps):
+            torch.mm(a, b)
+        own = (time.perf_counter() - t0) / cfg.matmul_reps
+        t = max(slowest([own], ctx))
+        rows.append({"n": n, "flops": 2.0 * n**3, "time_s": t})
+    return rows
+
+
+def time_checkpoint(cfg: ScaleBenchConfig, ctx) -> dict:
+    """One save of a model + AdamW state with chapter 10's checkpoint code (every rank writes its part)."""
+    from disttutor import checkpoint
+
+    width = 512
+    # On disk: fp32 weights + AdamW's two moments = 12 bytes per parameter (gradients are not saved).
+    layers = max(1, round(cfg.checkpoint_mb * 1e6 / 12 / (width * width)))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).to(ctx.device)
+    opt_ = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, width, device=ctx.device)).sum().backward()
+    opt_.step()                                         # AdamW creates its moments lazily
+    directory = os.path.join(runtime.run_dir() or ".", "scale_ckpt")
+    dist.barrier()
+    t0 = time.perf_counter()
+    path = checkpoint.save(directory, 1, model, opt_)   # atomic: .tmp, barrier, rename (chapter 10)
+    seconds = max(slowest([time.perf_counter() - t0], ctx))
+    nbytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+    dist.barrier()
+    if ctx.rank == 0:
+        shutil.rmtree(directory, ignore_errors=True)
+    params = sum(p.numel() for p in model.parameters())
+    return {"seconds": seconds, "bytes_on_disk": nbytes, "params": params, "ranks": ctx.world_size}
+
+
+def run(cfg: ScaleBenchConfig) -> None:
+    with runtime.setup() as ctx:
+        if "send_recv" in cfg.ops and ctx.world_size < 2:
+            raise ValueError("send_recv needs at least 2 ranks")
+        torch.set_num_threads(1)  # one core per rank, as every rank of the course runs
+        rows = time_collectives(cfg, ctx)
+        mm = time_matmuls(cfg, ctx)
+        ckpt = time_checkpoint(cfg, ctx) if cfg.checkpoint_mb > 0 else None
+        if ctx.rank == 0:
+            runtime.report(rows=rows, matmul=mm, checkpoint=ckpt, world_size=ctx.world_size, backend=ctx.backend)
+        else:
+            runtime.report(world_size=ctx.world_size)
+
+
+main = cli(ScaleBenchConfig, run)  # the command line is derived from ScaleBenchConfig's fields
+
+
+if __name__ == "__main__":
+    main()

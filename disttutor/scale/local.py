@@ -1,0 +1,104 @@
+"""Predicting the course's own runs from the fitted constants (chapter 12's first check).
+
+Introduced in chapter 12 (at scale). Three runs of earlier chapters, each predicted from
+alpha/beta (per collective) and gamma alone, *before* it is launched:
+
+* :func:`ddp_step` -- ``ddp_scratch --time --wrappers torch`` (chapter 4): the MLP's forward and
+  backward, plus one all-reduce per DDP bucket;
+* :func:`fsdp_step` -- ``sharding --time`` (chapter 11): FSDP2 on a TinyLM with two units
+  (the MLP, and the root holding the tied embedding): all-gather before forward, again before
+  backward for the resharded MLP unit, reduce-scatter of the gradients; DDP on the same model;
+* :func:`pipeline_step` -- ``pipeline --schedule gpipe`` (chapter 7): ``m + p - 1`` slots of the
+  slowest stage's forward + backward, plus the activation / gradient hand-offs on the critical path.
+
+Deliberately *not* modelled (the chapter names the missing term when a prediction misses): the
+optimiser's element-wise work and other memory-bound ops (no FLOP count describes them), Python
+and framework overhead per op, and any overlap of communication with compute (the sum is an upper
+bound for overlap, a lower bound for interference between ranks sharing cores).
+"""
+from __future__ import annotations
+
+from .costmodel import Machine, linear_flops, mlp_step_flops
+
+FP32 = 4
+
+
+def ddp_buckets(param_bytes_in_order: list[int], cap_bytes: float, first_cap_bytes: float) -> list[int]:
+    """DDP's bucket sizes: parameters in *reverse* order (gradients arrive last layer first), each
+    added to the open bucket, which closes once it reaches its cap (the first bucket has its own)."""
+    buckets, cur, cap = [], 0, first_cap_bytes
+    for b in reversed(param_bytes_in_order):
+        cur += b
+        if cur >= cap:
+            buckets.append(cur)
+            cur, cap = 0, cap_bytes
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+def mlp_param_bytes(dims: list[int]) -> list[int]:
+    out = []
+    for a, b in zip(dims[:-1], dims[1:]):
+        out += [a * b * FP32, b * FP32]  # weight, bias (registration order)
+    return out
+
+
+def ddp_step(m: Machine, d_in: int, hidden: tuple[int, ...], d_out: int, global_batch: int, n: int,
+             bucket_cap_elems: int) -> dict:
+    """``ddp_scratch --time`` with torch's DDP: compute + the buckets' all-reduces (seconds)."""
+    dims = [d_in, *hidden, d_out]
+    cap = bucket_cap_elems * FP32  # the program passes bucket_cap_mb = elements * 4 / 2**20
+    buckets = ddp_buckets(mlp_param_bytes(dims), cap, cap)  # a user-set cap is also the first bucket's
+    compute = m.compute(mlp_step_flops(global_batch // n, dims))
+    comm = sum(m.t("all_reduce", b, n) for b in buckets)
+    return {"compute": compute, "comm": comm, "total": compute + comm, "buckets": len(buckets)}
+
+
+def tinylm_flops(tokens: int, dim: int, ff: int, vocab: int) -> float:
+    """Forward + backward matmul FLOPs of :class:`disttutor.sharding.TinyLM` (MLP and tied head;
+    the embedding is a lookup, not a matmul)."""
+    return sum(sum(linear_flops(tokens, a, b)) for a, b in ((dim, ff), (ff, dim), (dim, vocab)))
+
+
+def tinylm_grad_bytes(dim: int, ff: int, vocab: int) -> list[int]:
+    """Gradient bytes of TinyLM's trainable parameters in registration order (the tied embedding
+    once; the frozen positional embedding has none): emb, norm w/b, mlp.0 w/b, mlp.2 w/b, head bias."""
+    return [b * FP32 for b in (vocab * dim, dim, dim, dim * ff, ff, ff * dim, dim, vocab)]
+
+
+def fsdp_step(m: Machine, unit_params: dict[str, int], tokens_local: int, dim: int, ff: int, vocab: int,
+              n: int) -> dict:
+    """``sharding --time``: FSDP2 (two units) and DDP (default buckets) on the same TinyLM."""
+    compute = m.compute(tinylm_flops(tokens_local, dim, ff, vocab))
+    mlp, root = unit_params["mlp"] * FP32, unit_params["root"] * FP32
+    # The MLP unit is resharded after forward: gathered twice. The root is not (FSDP2 keeps the
+    # root's parameters after forward: backward needs them at once).
+    fsdp_comm = (2 * m.t("all_gather", mlp, n) + m.t("reduce_scatter", mlp, n)
+                 + m.t("all_gather", root, n) + m.t("reduce_scatter", root, n))
+    # DDP's default: a 1 MiB first bucket, then 25 MiB ones (torch's defaults).
+    buckets = ddp_buckets(tinylm_grad_bytes(dim, ff, vocab), 25 * 2**20, 2**20)
+    ddp_comm = sum(m.t("all_reduce", b, n) for b in buckets)
+    return {"fsdp2": {"compute": compute, "comm": fsdp_comm, "total": compute + fsdp_comm},
+            "ddp": {"compute": compute, "comm": ddp_comm, "total": compute + ddp_comm, "buckets": len(buckets)}}
+
+
+def pipeline_step(m: Machine, d_in: int, width: int, d_out: int, layers_per_stage: int, batch: int,
+                  microbatches: int, p: int) -> dict:
+    """``pipeline --schedule gpipe`` on ``p`` ranks, one stage each (chapter 7's MLP)."""
+    n_linear = p * layers_per_stage
+    dims = [d_in] + [width] * (n_linear - 1) + [d_out]
+    mb = batch // microbatches
+    stage = [mlp_step_flops(mb, dims[s * layers_per_stage:(s + 1) * layers_per_stage + 1]) for s in range(p)]
+    slot = m.compute(max(stage))                      # fwd + bwd of one micro-batch on the slowest stage
+    compute = microbatches * slot
+    bubble = (p - 1) * slot                           # GPipe: (p - 1) idle slots per rank
+    handoff = m.t("send_recv", mb * width * FP32, 2)  # one activation (or its gradient) between neighbours
+    comm = 2 * (p - 1) * handoff                      # the forward chain and the backward chain
+    return {"compute": compute, "bubble": bubble, "comm": comm, "total": compute + bubble + comm}
+
+
+def tinylm_units(dim: int, ff: int, vocab: int, seq: int) -> dict[str, int]:
+    """Parameters of ``sharding --time``'s two FSDP2 units: the MLP, and the root (tied embedding,
+    frozen positions, LayerNorm, head bias) -- the program reports the same numbers from the model."""
+    return {"mlp": 2 * dim * ff + ff + dim, "root": vocab * dim + seq * dim + 2 * dim + vocab}
