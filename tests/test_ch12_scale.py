@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from disttutor import memory as M
+from disttutor.sharding import memory as M
 from disttutor.scale import costmodel as C
 from disttutor.scale import failures as F
 from disttutor.scale import fit, hardware, local, planner, shapes

@@ -23,9 +23,9 @@
 # any source; said wherever it matters).
 
 # %% tags=["chapter-header"]
-import disttutor.chapters
+import disttutor.course.chapters
 
-disttutor.chapters.header(12)
+disttutor.course.chapters.header(12)
 
 # %%
 import math
@@ -34,7 +34,7 @@ import os
 import matplotlib.pyplot as plt
 
 import disttutor
-from disttutor.results import format_table
+from disttutor.launcher.results import format_table
 from disttutor.scale import costmodel, failures, fit, hardware, local, planner, problems, shapes
 from disttutor.viz import scale as viz
 
@@ -357,7 +357,7 @@ print(format_table([{"GPUs": n, "job MTBF (h, derived)": round(failures.mtbf_for
 # τ = √(2·C·M) (Young 1974; Daly 2006 refines it when C is not small next to M), leaving an **effective
 # training time** fraction of about 1 − C/τ − (τ/2 + R)/M.
 #
-# What is C? The bench above saved a model with AdamW state through chapter 10's `disttutor.checkpoint`
+# What is C? The bench above saved a model with AdamW state through chapter 10's `disttutor.lm.checkpoint`
 # (DCP, every rank its part, atomic rename) — measured:
 
 # %%
@@ -415,4 +415,4 @@ for name, value in MY.items():
 # * At 16,384 GPUs a failure every few hours makes checkpoint cost a throughput term: τ = √(2CM).
 
 # %%
-disttutor.chapters.glossary(12)
+disttutor.course.chapters.glossary(12)

@@ -7,7 +7,7 @@ then ``--iters`` timed calls, each right after a barrier; a call's time is its *
 ``send_recv`` is rank 0 sending to rank 1 while the other ranks wait. Then every rank multiplies
 ``n x n`` float32 matrices *at the same time* (as ranks compute together in training) for each
 ``--matmul`` size: gamma is the slowest rank's FLOP/s. Last, every rank saves a model with AdamW
-state of about ``--checkpoint-mb`` MB with chapter 10's :mod:`disttutor.checkpoint` (atomic, DCP)::
+state of about ``--checkpoint-mb`` MB with chapter 10's :mod:`disttutor.lm.checkpoint` (atomic, DCP)::
 
     disttutor run scale_bench -n 2 -- --sizes 4096 1048576 --iters 5
 """
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from disttutor import runtime
-from disttutor.config import require_non_negative, require_positive
-from disttutor.options import cli, opt
+from disttutor.rank import runtime
+from disttutor.contract.config import require_non_negative, require_positive
+from disttutor.contract.options import cli, opt
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 
@@ -115,7 +115,7 @@ def time_matmuls(cfg: ScaleBenchConfig, ctx) -> list[dict]:
 
 def time_checkpoint(cfg: ScaleBenchConfig, ctx) -> dict:
     """One save of a model + AdamW state with chapter 10's checkpoint code (every rank writes its part)."""
-    from disttutor import checkpoint
+    from disttutor.lm import checkpoint
 
     width = 512
     # On disk: fp32 weights + AdamW's two moments = 12 bytes per parameter (gradients are not saved).

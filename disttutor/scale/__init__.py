@@ -11,4 +11,4 @@ Modules, one concept each: ``hardware`` (presets as data, with sources), ``costm
 (parameters and FLOPs of a Transformer), ``planner`` (layouts, memory, step time), ``failures``
 (MTBF, Young-Daly). All pure Python: no torch import.
 """
-from .planner import Layout, Prediction, predict, rank_layouts, rules  # noqa: F401
+from disttutor.scale.planner import Layout, Prediction, predict, rank_layouts, rules  # noqa: F401

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from .costmodel import Link, bus_factor
+from disttutor.scale.costmodel import Link, bus_factor
 
 
 def weighted_line(x: list[float], y: list[float], w: list[float]) -> tuple[float, float]:
@@ -53,6 +53,6 @@ def fit_gamma(flops: list[float], times: list[float], top: int = 2) -> float:
 
 def residuals(op: str, link: Link, sizes: list[float], times: list[float], n: int) -> list[float]:
     """Predicted / measured for each point (1.0 = the line goes through it)."""
-    from .costmodel import collective_time
+    from disttutor.scale.costmodel import collective_time
 
     return [collective_time(op, s, n, link) / t for s, t in zip(sizes, times)]

@@ -18,7 +18,7 @@ bound for overlap, a lower bound for interference between ranks sharing cores).
 """
 from __future__ import annotations
 
-from .costmodel import Machine, linear_flops, mlp_step_flops
+from disttutor.scale.costmodel import Machine, linear_flops, mlp_step_flops
 
 FP32 = 4
 
@@ -56,7 +56,7 @@ def ddp_step(m: Machine, d_in: int, hidden: tuple[int, ...], d_out: int, global_
 
 
 def tinylm_flops(tokens: int, dim: int, ff: int, vocab: int) -> float:
-    """Forward + backward matmul FLOPs of :class:`disttutor.sharding.TinyLM` (MLP and tied head;
+    """Forward + backward matmul FLOPs of :class:`disttutor.sharding.model.TinyLM` (MLP and tied head;
     the embedding is a lookup, not a matmul)."""
     return sum(sum(linear_flops(tokens, a, b)) for a, b in ((dim, ff), (ff, dim), (dim, vocab)))
 

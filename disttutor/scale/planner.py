@@ -19,7 +19,7 @@ uses the network. Per step, with ``m = global_batch / (dp * microbatch)`` micro-
   + all-gather; ZeRO-3 two all-gathers (forward, backward) + a reduce-scatter; overlapped with
   compute, only the excess is exposed.
 
-Memory uses chapter 1's calculator (:mod:`disttutor.memory`), extended: ZeRO shards over
+Memory uses chapter 1's calculator (:mod:`disttutor.sharding.memory`), extended: ZeRO shards over
 ``dp * cp``; activations of ``seq / cp`` tokens per micro-batch, for the micro-batches in flight
 (all ``m`` under GPipe, ``min(pp, m)`` under 1F1B); fused attention stores no ``s x s`` scores;
 full activation checkpointing keeps one layer's activations plus every layer's input.
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from disttutor.memory import activation_bytes_per_layer, bytes_per_param
+from disttutor.sharding.memory import activation_bytes_per_layer, bytes_per_param
 
-from .costmodel import Link, collective_time
-from .hardware import Hardware
-from .shapes import ModelShape
+from disttutor.scale.costmodel import Link, collective_time
+from disttutor.scale.hardware import Hardware
+from disttutor.scale.shapes import ModelShape
 
 BF16 = 2
 
@@ -106,7 +106,7 @@ def _check(shape: ModelShape, lay: Layout, seq: int, global_batch: int) -> int:
 
 def memory(shape: ModelShape, lay: Layout, seq: int, global_batch: int, precision: str = "mixed",
            optimizer: str = "adam") -> dict:
-    """Bytes per GPU; equal to :func:`disttutor.memory.per_device` for its cases (cp = 1, GPipe,
+    """Bytes per GPU; equal to :func:`disttutor.sharding.memory.per_device` for its cases (cp = 1, GPipe,
     one micro-batch holding the local batch, stored attention scores, no sequence parallelism,
     no checkpointing)."""
     m = _check(shape, lay, seq, global_batch)

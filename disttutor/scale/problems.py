@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from . import costmodel, failures, hardware, planner, shapes
+from disttutor.scale import costmodel, failures, hardware, planner, shapes
 
 H100 = hardware.H100
 

@@ -2,7 +2,7 @@
 
 Introduced in chapter 12 (at scale). Llama-style (gated SwiGLU MLP, grouped-query attention,
 untied embeddings, no biases) and GPT-style (4h MLP, biases, learned positions, tied embeddings:
-exactly chapter 1's :func:`disttutor.memory.transformer_params`). Shapes of Llama 3 are *reported*
+exactly chapter 1's :func:`disttutor.sharding.memory.transformer_params`). Shapes of Llama 3 are *reported*
 (the Llama 3 paper, Table 3: layers, model dimension, FFN dimension, heads, key/value heads;
 vocabulary 128,256); everything computed from them is *derived*.
 """
@@ -63,7 +63,7 @@ class ModelShape:
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 50257, max_seq: int = 1024) -> ModelShape:
     """A GPT shape whose parameter count is chapter 1's calculator's, to the parameter."""
-    from disttutor.memory import transformer_params
+    from disttutor.sharding.memory import transformer_params
 
     return ModelShape(f"GPT {layers}x{hidden}", layers, hidden, heads, vocab,
                       gpt_params=transformer_params(layers, hidden, vocab, max_seq))

@@ -76,7 +76,7 @@ def planner_widget(efficiency: float = 1.0):
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    from disttutor.results import format_table
+    from disttutor.launcher.results import format_table
 
     controls = dict(
         model=w.Dropdown(options=list(shapes.SHAPES), value="Llama 3 70B", description="model"),
