@@ -288,13 +288,33 @@ def test_course_update_keeps_the_learners_edits_and_brings_the_new_chapters(clon
 
     r = course_py(me, "reset", "2")
     assert r.returncode == 0 and "backups" in r.stdout, r.stdout + r.stderr
+    assert "kept your" not in r.stdout  # no advice to run the very command being run
     assert "x = 2" in (ws / "02_groups.ipynb").read_text()
     backups = list((ws / "backups").glob("workspace__02_groups.*.ipynb"))
     assert len(backups) == 1 and backups[0].read_text() == mine
+    r = course_py(me, "reset", "2")  # an unchanged copy: nothing of the learner's to keep
+    assert r.returncode == 0 and "you had not changed it: no backup needed" in r.stdout, r.stdout + r.stderr
+    assert list((ws / "backups").glob("workspace__02_groups.*.ipynb")) == backups
+    (ws / "02_groups.ipynb").write_text(mine)  # the same work again: its backup is there already
+    r = course_py(me, "reset", "2")
+    assert r.returncode == 0 and f"your copy is in {os.path.relpath(backups[0], me)}" in r.stdout, r.stdout
+    assert list((ws / "backups").glob("workspace__02_groups.*.ipynb")) == backups
     r = course_py(me, "update")  # nothing left to say about chapter 2
     assert r.returncode == 0 and "kept your" not in r.stdout
     r = course_py(me, "reset", "7")
     assert r.returncode == 2 and "no single chapter '7'" in r.stdout and "00, 02, 03" in r.stdout
+
+
+def test_help_exits_0_and_names_every_command(tmp_path):
+    for flag in ("--help", "-h"):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "course.py"), flag], capture_output=True, text=True,
+                           timeout=60, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert all(f"course.py {c}" in r.stdout for c in ("lab", "test", "grade", "reset", "update", "doctor", "run"))
+        assert "arguments go to pytest" in r.stdout
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "course.py"), "gradee"], capture_output=True, text=True,
+                       timeout=60, cwd=str(tmp_path))
+    assert r.returncode == 2 and "unknown command 'gradee'" in r.stdout
 
 
 async def _terminal(port: int, token: str, command: str) -> str:
