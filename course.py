@@ -108,8 +108,8 @@ def probe(url: str, timeout: float = 10.0) -> str | None:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout) as r:
             return None if r.status < 400 else f"HTTP {r.status}"
-    except urllib.error.HTTPError as e:
-        return f"HTTP {e.code}"
+    except urllib.error.HTTPError as e:  # 405: a server that refuses HEAD is still there
+        return None if e.code == 405 else f"HTTP {e.code}"
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         return str(reason) or type(reason).__name__
