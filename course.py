@@ -6,7 +6,8 @@
     python3 course.py run hello -n 4      # = disttutor run ... (any course program or script)
     python3 course.py update              # pull a course update; your notebooks are kept
     python3 course.py reset 02            # your chapter 2 back to the course's (a backup is kept)
-    python3 course.py test                # run every test (unit + all notebooks)
+    python3 course.py grade class/        # = disttutor grade ... (teachers: check a class's notebooks)
+    python3 course.py test [PYTEST ARGS]  # run every test (unit + all notebooks); arguments go to pytest
     python3 course.py execute [chapters/src/NN_x.py ...]   # maintainers: rebuild chapters
     python3 course.py site                # the course as a static website in site/ (nothing re-run)
 
@@ -84,7 +85,8 @@ def torch_plan(platform: str, gpu: str | None, force: str | None, pin: str | Non
         return "cpu-index", "--cpu: the CPU-only build"
     if gpu:
         return "pypi", f"{gpu}: the CUDA build from PyPI"
-    return "cpu-index", "no NVIDIA GPU found: the CPU-only build (about 200 MB, not 3+ GB of CUDA wheels)"
+    # measured for 2.13.0+cpu (Linux x86-64): a 183 MiB wheel, 754 MiB unpacked (README, Quickstart)
+    return "cpu-index", "no NVIDIA GPU found: the CPU-only build (a ~180 MiB download, not several GB of CUDA wheels)"
 
 
 def install_commands(py: str, kind: str, extras: str = "dev") -> list[list[str]]:
@@ -98,8 +100,50 @@ def install_commands(py: str, kind: str, extras: str = "dev") -> list[list[str]]
     return [course]
 
 
-FALLBACK = ("PyTorch's CPU index ({}) could not be reached: installing torch from PyPI instead, which on "
-            "Linux is the CUDA build (about 3 GB to download, 5+ GB on disk).")
+# ---------------------------------------------------------------- can the CPU index be used?
+def probe(url: str, timeout: float = 10.0) -> str | None:
+    """None if ``url`` answers (one short request, through the same proxy settings pip uses), else why not."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout) as r:
+            return None if r.status < 400 else f"HTTP {r.status}"
+    except urllib.error.HTTPError as e:  # 405: a server that refuses HEAD is still there
+        return None if e.code == 405 else f"HTTP {e.code}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return str(reason) or type(reason).__name__
+
+
+def extra_sources(pip_config_list: str) -> list[str]:
+    """The package sources besides the index that pip's configuration adds (``pip config list``'s
+    output: pip.conf files and PIP_* variables): every extra-index-url and find-links."""
+    found = []
+    for line in pip_config_list.splitlines():
+        m = re.match(r"^(?:global|install|:env:)\.(extra-index-url|find-links)='(.*)'$", line.strip())
+        if m:
+            found += [v for v in m.group(2).split() if v not in found]
+    return found
+
+
+def torch_source(index: str, unreachable: str | None, extras: list[str], empty_dir: str) -> tuple[str, dict, str]:
+    """(kind, environment for pip, the one line printed) for a CPU-build install.
+
+    ``unreachable``: :func:`probe`'s answer. Unreachable: PyPI's torch, said once, before pip
+    retries anything. Extra sources configured: pip would take the highest version from any of
+    them (PyPI's CUDA build, a mirror's newer torch), so for torch alone they are replaced by the
+    CPU index itself and an empty folder (environment variables win over pip.conf).
+    """
+    if unreachable:
+        return "pypi", {}, (f"torch: PyTorch's CPU index ({index}) could not be reached ({unreachable}): installing "
+                            "torch from PyPI instead, which on Linux is the CUDA build (about 3 GB to download).")
+    if extras:
+        env = {"PIP_EXTRA_INDEX_URL": index, "PIP_FIND_LINKS": empty_dir}
+        return "cpu-index", env, (f"torch: the CPU-only build from {index}; your pip configuration also names "
+                                  f"{', '.join(extras)}: left out for torch (a newer torch there would win), "
+                                  "used for the rest.")
+    return "cpu-index", {}, f"torch: the CPU-only build from {index} (it answered)."
 
 
 def _show(path: str) -> str:
@@ -145,11 +189,20 @@ def ensure_env(force: str | None = None) -> None:
         print(f"creating virtual environment in {_show(VENV)}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     print(f"installing disttutor and its dependencies; torch: {why}", flush=True)
-    for cmd in install_commands(PY, kind, EXTRAS):
-        if subprocess.call(cmd, cwd=ROOT) != 0:
-            if CPU_INDEX not in cmd:
+    source, pip_env = kind, {}
+    if kind == "cpu-index":
+        listed = subprocess.run([PY, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+        empty = os.path.join(VENV, ".no-extra-links")
+        os.makedirs(empty, exist_ok=True)
+        source, pip_env, line = torch_source(CPU_INDEX, probe(CPU_INDEX + "/torch/"), extra_sources(listed), empty)
+        print(line, flush=True)
+    for cmd in install_commands(PY, source, EXTRAS):
+        isolated = CPU_INDEX in cmd
+        if subprocess.call(cmd, cwd=ROOT, env={**os.environ, **pip_env} if isolated else None) != 0:
+            if not isolated:
                 sys.exit(f"installing failed: {' '.join(cmd[1:])}")
-            print(FALLBACK.format(CPU_INDEX), flush=True)
+            print(f"torch: pip could not install it from {CPU_INDEX} (its message is above): installing torch from "
+                  "PyPI instead, which on Linux is the CUDA build (about 3 GB to download).", flush=True)
     torch_v = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"],
                              capture_output=True, text=True).stdout.strip()
     print(f"installed torch {torch_v}; {_show(VENV)} takes {_size(VENV):.1f} GiB", flush=True)
@@ -237,7 +290,8 @@ def reset(extra: list[str]) -> int:
         print("usage: python3 course.py reset NN   (e.g. reset 02)")
         return 2
     ensure_env()
-    workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env())
+    # the other chapters first (a fresh clone gets its workspace); not a word about the one being reset
+    workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env(), skip=workspace.chapter_name(ROOT, extra[0]))
     return workspace.reset(ROOT, extra[0], trust=[PY, "-m", "jupyter", "trust"], env=_env())
 
 
@@ -287,9 +341,14 @@ def disttutor(cmd: str):
 
 def main() -> int:
     cmds = {"lab": lab, "test": test, "execute": execute, "update": update, "reset": reset, "site": site,
-            "doctor": disttutor("doctor"), "run": disttutor("run")}
+            "doctor": disttutor("doctor"), "run": disttutor("run"), "grade": disttutor("grade")}
+    if sys.argv[1:2] in (["-h"], ["--help"], ["help"]):
+        print(__doc__)
+        return 0
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         print(__doc__)
+        if len(sys.argv) > 1:
+            print(f"course.py: unknown command {sys.argv[1]!r}; the commands are {', '.join(cmds)}")
         return 2
     return cmds[sys.argv[1]](sys.argv[2:])
 

@@ -75,24 +75,37 @@ def _copy(src: str, dst: str) -> None:
 
 
 def backup(root: str, path: str) -> str:
-    """Copy a file into workspace/backups/ with a timestamp; returns the backup's relative path."""
+    """Copy a file into workspace/backups/ with a timestamp; returns the backup's relative path.
+
+    A file equal, byte for byte, to one of its backups already there is not copied again: that
+    backup's path is returned."""
+    import filecmp
+
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rel = os.path.relpath(path, root)
     base, ext = os.path.splitext(rel.replace(os.sep, "__"))
-    dst = os.path.join(root, DIR, "backups", f"{base}.{stamp}{ext}")
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    folder = os.path.join(root, DIR, "backups")
+    for old in sorted(glob.glob(os.path.join(glob.escape(folder), f"{glob.escape(base)}.*{ext}")), reverse=True):
+        if filecmp.cmp(old, path, shallow=False):
+            return os.path.relpath(old, root)
+    dst = os.path.join(folder, f"{base}.{stamp}{ext}")
+    os.makedirs(folder, exist_ok=True)
     shutil.copy2(path, dst)
     return os.path.relpath(dst, root)
 
 
-def sync(root: str, trust: list[str] | None = None, env=None, verbose: bool = False) -> str:
-    """Bring workspace/ up to date with chapters/; returns the first chapter's file name."""
+def sync(root: str, trust: list[str] | None = None, env=None, verbose: bool = False, skip: str | None = None) -> str:
+    """Bring workspace/ up to date with chapters/; returns the first chapter's file name.
+
+    ``skip``: a chapter's file name left alone (``reset`` is about to deal with it)."""
     os.makedirs(os.path.join(root, DIR), exist_ok=True)
     rec, fresh, said = _record(root), [], []
     chapters = sorted(glob.glob(os.path.join(root, "chapters", "[0-9][0-9]_*.ipynb")))
     for src in chapters:
         name = os.path.basename(src)
         dst = os.path.join(root, DIR, name)
+        if name == skip:
+            continue
         course = fingerprint(src)
         if not os.path.exists(dst):
             _copy(src, dst)
@@ -113,18 +126,30 @@ def sync(root: str, trust: list[str] | None = None, env=None, verbose: bool = Fa
         rec[name] = course
     _save_record(root, rec)
     _trust(trust, fresh, env)
-    if said and (verbose or len(said) < len(chapters)):
+    considered = [c for c in chapters if os.path.basename(c) != skip]
+    if said and (verbose or len(said) < len(considered)):
         print("\n".join(said))
     elif said:
         print(f"your working copies of the {len(chapters)} chapters are in {DIR}/ (the course's stay in chapters/)")
     return os.path.basename(chapters[0]) if chapters else ""
 
 
-def reset(root: str, which: str, trust: list[str] | None = None, env=None) -> int:
+def _matches(root: str, which: str) -> list[str]:
     chapters = sorted(glob.glob(os.path.join(root, "chapters", "[0-9][0-9]_*.ipynb")))
     key = which.zfill(2) if which.isdigit() else which
-    match = [c for c in chapters if os.path.basename(c).startswith(key)]
+    return [c for c in chapters if os.path.basename(c).startswith(key)]
+
+
+def chapter_name(root: str, which: str) -> str | None:
+    """The file name ``reset NN`` means (None if ``which`` names no single chapter)."""
+    match = _matches(root, which)
+    return os.path.basename(match[0]) if len(match) == 1 else None
+
+
+def reset(root: str, which: str, trust: list[str] | None = None, env=None) -> int:
+    match = _matches(root, which)
     if len(match) != 1:
+        chapters = sorted(glob.glob(os.path.join(root, "chapters", "[0-9][0-9]_*.ipynb")))
         have = ", ".join(os.path.basename(c)[:2] for c in chapters)
         print(f"course.py reset: no single chapter {which!r} (chapters: {have})")
         return 2
@@ -132,13 +157,20 @@ def reset(root: str, which: str, trust: list[str] | None = None, env=None) -> in
     name = os.path.basename(src)
     dst = os.path.join(root, DIR, name)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    kept = backup(root, dst) if os.path.exists(dst) else None
-    _copy(src, dst)
     rec = _record(root)
+    mine = fingerprint(dst) if os.path.exists(dst) else None
+    # A copy that is the course's version (now or when it was made) holds nothing of the learner's:
+    # no backup of it, and no second identical backup of a copy already saved.
+    untouched = mine is not None and mine in (fingerprint(src), rec.get(name))
+    kept = backup(root, dst) if mine is not None and not untouched else None
+    _copy(src, dst)
     rec[name] = fingerprint(src)
     _save_record(root, rec)
     _trust(trust, [dst], env)
-    print(f"{DIR}/{name} is the course's version again" + (f"; your copy is in {kept}" if kept else ""))
+    if untouched:
+        print(f"{DIR}/{name} is the course's version again (you had not changed it: no backup needed)")
+    else:
+        print(f"{DIR}/{name} is the course's version again" + (f"; your copy is in {kept}" if kept else ""))
     return 0
 
 

@@ -69,22 +69,124 @@ def test_torch_spec_is_pyprojects():
     assert f'"{course.TORCH_SPEC}"' in text
 
 
-def test_unreachable_cpu_index_falls_back_with_one_line(monkeypatch, tmp_path, capsys):
+def test_cpu_index_failing_in_pip_falls_back_with_one_line(monkeypatch, tmp_path, capsys):
     calls = []
     monkeypatch.setattr(course, "VENV", str(tmp_path))
     monkeypatch.setattr(course, "PY", sys.executable)  # exists: no venv is created
     monkeypatch.setattr(course, "detect_gpu", lambda: None)
+    monkeypatch.setattr(course, "probe", lambda url, timeout=10.0: None)  # it answered (no network here)
     monkeypatch.setattr(course.sys, "platform", "linux")
     monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
     monkeypatch.setattr(course.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or (1 if course.CPU_INDEX in cmd else 0))
     course.ensure_env()
     out = capsys.readouterr().out
     assert [c[4] for c in calls] == ["torch>=2.6", "-e"]  # tried the CPU index, then the course anyway
-    assert "no NVIDIA GPU found" in out and "could not be reached" in out and "GB" in out
+    assert "no NVIDIA GPU found" in out and "pip could not install it from" in out and "GB" in out
     assert (tmp_path / ".disttutor-installed").read_text().startswith("cpu-index ")
     calls.clear()
     course.ensure_env()  # installed: nothing runs again
     assert calls == []
+
+
+class _Index:
+    """A stand-in for PyTorch's CPU index on 127.0.0.1 (http.server in a thread): records the paths asked."""
+
+    def __init__(self, root):
+        import functools
+        import http.server
+        import threading
+
+        (root / "whl" / "cpu" / "torch").mkdir(parents=True)
+        (root / "whl" / "cpu" / "torch" / "index.html").write_text("<html><body></body></html>")
+        self.asked = []
+        index = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *a):
+                index.asked.append(self.path)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/whl/cpu"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _closed_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))  # from the OS, then closed: nothing listens there
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _pip_env(tmp_path, conf: str | None = None, **extra) -> dict:
+    """This interpreter's pip with a pip.conf of the test's own and no PIP_* variable of the machine's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    (tmp_path / "pip.conf").write_text(conf or "")
+    return {**env, "PIP_CONFIG_FILE": str(tmp_path / "pip.conf"), "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
+
+
+def _decide(tmp_path, index_url: str, env: dict):
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                            env=env, timeout=120).stdout
+    empty = tmp_path / "empty"
+    empty.mkdir(exist_ok=True)
+    return course.torch_source(index_url, course.probe(index_url + "/torch/", timeout=5),
+                               course.extra_sources(listed), str(empty))
+
+
+@pytest.mark.timeout(300)  # four pip start-ups on a loaded machine
+def test_torch_index_reachable_unreachable_and_with_an_extra_index(tmp_path, capsys):
+    idx, other = _Index(tmp_path / "cpu"), _Index(tmp_path / "other")
+    try:
+        # 1. reachable, nothing else configured: the CPU index alone, said in one line
+        kind, env, line = _decide(tmp_path, idx.url, _pip_env(tmp_path))
+        assert (kind, env) == ("cpu-index", {}) and line == f"torch: the CPU-only build from {idx.url} (it answered)."
+        assert idx.asked == ["/whl/cpu/torch/"]  # one short request
+        assert course.probe(idx.url + "/no-such-project/", timeout=5) == "HTTP 404"  # there, but not an index
+        idx.asked.clear()
+        lines = [line]
+
+        # 2. unreachable: PyPI's torch, said once, before pip could retry anything
+        dead = f"http://127.0.0.1:{_closed_port()}/whl/cpu"
+        kind, env, line = _decide(tmp_path, dead, _pip_env(tmp_path))
+        assert kind == "pypi" and env == {} and line.startswith(f"torch: PyTorch's CPU index ({dead}) could not be "
+                                                                 "reached (") and "CUDA build" in line
+        assert "\n" not in line
+        lines.append(line)
+
+        # 3. an extra index in pip.conf and one in PIP_EXTRA_INDEX_URL: named, and left out for torch
+        conf = f"[global]\nextra-index-url = {other.url}/conf\n[install]\nfind-links = /no/such/folder\n"
+        penv = _pip_env(tmp_path, conf, PIP_EXTRA_INDEX_URL=f"{other.url}/env")
+        kind, env, line = _decide(tmp_path, idx.url, penv)
+        assert kind == "cpu-index" and env["PIP_EXTRA_INDEX_URL"] == idx.url
+        assert f"{other.url}/env" in line and "/no/such/folder" in line and "left out for torch" in line
+        lines.append(line)
+        # ... and pip, run with that environment, really asks the CPU index only (nothing to install
+        # there, so it fails; what matters is whom it asked)
+        other.asked.clear()
+        idx.asked.clear()
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "dl"),
+                            "torch>=2.6", "--index-url", idx.url, "--timeout", "5", "--retries", "0"],
+                           env={**penv, **env}, capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and other.asked == [], (other.asked, r.stderr[-500:])
+        assert any(p.startswith("/whl/cpu/torch/") for p in idx.asked)
+        assert "is ignored" not in r.stderr  # no "Location ... is ignored" warnings
+        # without the overrides pip would have asked the extra indexes too (why they must be left out)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "dl"),
+                            "torch>=2.6", "--index-url", idx.url, "--timeout", "5", "--retries", "0"],
+                           env=penv, capture_output=True, text=True, timeout=120)
+        assert any(p.endswith("/env/torch/") for p in other.asked), other.asked
+    finally:
+        idx.close()
+        other.close()
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
 
 
 def test_detect_gpu_reads_the_driver(monkeypatch):
@@ -189,13 +291,33 @@ def test_course_update_keeps_the_learners_edits_and_brings_the_new_chapters(clon
 
     r = course_py(me, "reset", "2")
     assert r.returncode == 0 and "backups" in r.stdout, r.stdout + r.stderr
+    assert "kept your" not in r.stdout  # no advice to run the very command being run
     assert "x = 2" in (ws / "02_groups.ipynb").read_text()
     backups = list((ws / "backups").glob("workspace__02_groups.*.ipynb"))
     assert len(backups) == 1 and backups[0].read_text() == mine
+    r = course_py(me, "reset", "2")  # an unchanged copy: nothing of the learner's to keep
+    assert r.returncode == 0 and "you had not changed it: no backup needed" in r.stdout, r.stdout + r.stderr
+    assert list((ws / "backups").glob("workspace__02_groups.*.ipynb")) == backups
+    (ws / "02_groups.ipynb").write_text(mine)  # the same work again: its backup is there already
+    r = course_py(me, "reset", "2")
+    assert r.returncode == 0 and f"your copy is in {os.path.relpath(backups[0], me)}" in r.stdout, r.stdout
+    assert list((ws / "backups").glob("workspace__02_groups.*.ipynb")) == backups
     r = course_py(me, "update")  # nothing left to say about chapter 2
     assert r.returncode == 0 and "kept your" not in r.stdout
     r = course_py(me, "reset", "7")
     assert r.returncode == 2 and "no single chapter '7'" in r.stdout and "00, 02, 03" in r.stdout
+
+
+def test_help_exits_0_and_names_every_command(tmp_path):
+    for flag in ("--help", "-h"):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "course.py"), flag], capture_output=True, text=True,
+                           timeout=60, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert all(f"course.py {c}" in r.stdout for c in ("lab", "test", "grade", "reset", "update", "doctor", "run"))
+        assert "arguments go to pytest" in r.stdout
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "course.py"), "gradee"], capture_output=True, text=True,
+                       timeout=60, cwd=str(tmp_path))
+    assert r.returncode == 2 and "unknown command 'gradee'" in r.stdout
 
 
 async def _terminal(port: int, token: str, command: str) -> str:

@@ -41,6 +41,20 @@ def stub_source(ex) -> str:
 IDS = [e.id for e in EXERCISES]
 
 
+def test_hint_goes_one_step_further_each_call(monkeypatch):
+    from disttutor.checks import registry
+
+    monkeypatch.setattr(registry, "_SHOWN", {})
+    e = exercise("9.2")  # chapter 9: "gives a nudge, then more"
+    got = [hint("9.2") for _ in range(len(e.hints) + 2)]
+    assert [g.split(":")[0] for g in got[:len(e.hints)]] == [f"Exercise 9.2, hint {i}/{len(e.hints)}"
+                                                             for i in range(1, len(e.hints) + 1)]
+    assert got[-2] == got[-1] and e.solution in got[-1]  # the last step stays where the solution is
+    assert hint("1.1", 2).startswith("Exercise 1.1, hint 2/") and e.solution not in hint("1.1", 2)
+    assert registry.exercise("1.1").solution in hint("1.1")  # after hint 2 (the chapter's cell) comes the solution
+    assert hint("3.1").startswith("Exercise 3.1, hint 1/")  # every exercise keeps its own count
+
+
 def test_registry_covers_the_chapters_and_is_consistent():
     assert len(set(IDS)) == len(IDS)
     assert {1, 2, 3, 4, 5, 6, 7} <= {e.chapter for e in EXERCISES}

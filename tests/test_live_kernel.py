@@ -101,3 +101,74 @@ def test_no_orphans_after_python_exit():
     assert out.returncode == 0, out.stderr[-2000:]
     pids = json.loads(out.stdout.strip().splitlines()[-1])
     assert _gone(pids) == []
+
+
+def _reply(kc, msg_id: str, timeout: float = 240) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        msg = kc.get_shell_msg(timeout=max(1.0, deadline - time.time()))
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg["content"]
+
+
+def _outputs(kc, msg_id: str, timeout: float = 240) -> tuple[str, list[dict]]:
+    """The cell's stream text and its error outputs, up to the kernel's idle for it."""
+    out, errors, t0 = [], [], time.time()
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except Exception:  # noqa: BLE001 - queue.Empty: keep waiting, bounded by timeout
+            assert time.time() - t0 < timeout, "cell did not finish"
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            errors.append(msg["content"])
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return "".join(out), errors
+
+
+def test_a_rank_that_raises_fails_the_cell_and_run_all_stops_there():
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120)
+    try:
+        mid = kc.execute("%load_ext disttutor\n%ranks status")
+        _, errors = _outputs(kc, mid)
+        assert _reply(kc, mid)["status"] == "error"
+        assert errors[0]["traceback"] == ["RanksFailed: live ranks: no live ranks yet: run `%ranks start -n 2` first"]
+        pids = _start_ranks(kc)
+
+        # Run All: the failing cell, then one queued behind it (stop_on_error, as JupyterLab sends it)
+        bad = kc.execute("%%ranks\nx = 10 * rank\nif rank == 1:\n    raise ZeroDivisionError('boom on rank 1')\nx")
+        after = kc.execute("print('ran past the failed cell')")
+        text, errors = _outputs(kc, bad)
+        assert _reply(kc, bad)["status"] == "error"
+        # every rank's state first: rank 0's value, rank 1's error, the summary
+        assert "[rank 0] Out: 0" in text and "ZeroDivisionError: boom on rank 1" in text, text
+        assert "rank 0 finished the cell" in text and "rank 1 raised ZeroDivisionError: boom on rank 1" in text, text
+        assert [e["ename"] for e in errors] == ["RanksFailed"]
+        assert errors[0]["traceback"] == ["RanksFailed: %%ranks: the cell failed: rank 1 raised ZeroDivisionError: "
+                                          "boom on rank 1 (1 of 2 ranks; every rank's state is above)"]
+        assert _reply(kc, after)["status"] == "aborted"  # Run All stopped at the failed cell
+        _outputs(kc, after)
+
+        # a cell that fails on purpose, to show it: --keep-going
+        mid = kc.execute("%%ranks --keep-going\nif rank == 0:\n    raise KeyError('shown, not fatal')\nrank")
+        text, errors = _outputs(kc, mid)
+        assert _reply(kc, mid)["status"] == "ok" and errors == [] and "rank 0 raised KeyError" in text, text
+        assert "Out: 1" in _execute(kc, "%%ranks 1\nrank")  # the pool is still there, namespaces kept
+
+        mid = kc.execute("%ranks stop")
+        text, _ = _outputs(kc, mid)
+        assert _reply(kc, mid)["status"] == "ok" and "live ranks stopped" in text
+        assert _gone(pids) == [], "%ranks stop left processes"
+        mid = kc.execute("%%ranks\nrank")
+        _, errors = _outputs(kc, mid)
+        assert errors[0]["traceback"] == ["RanksFailed: live ranks: the live ranks are stopped: "
+                                          "`%ranks start -n 2` starts them again"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

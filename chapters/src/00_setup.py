@@ -287,10 +287,12 @@ assert all(x.tolist() == [6.0, 6.0] for x in t)  # 0 + 1 + 2 + 3 on every rank
 # (`--timeout 5` here; 30 s unless you say otherwise). When it expires, the kernel asks every rank
 # still busy for its Python stack, tells you which line of *your cell* each is in and what it waits
 # in, interrupts them, and — because a rank blocked inside a C++ collective cannot be interrupted —
-# restarts the pool. The namespaces are lost, and the message says so.
+# restarts the pool. The namespaces are lost, and the message says so. A failed `%%ranks` cell
+# fails like any cell that raises, so *Run All* stops there; this one fails on purpose, and
+# `--keep-going` lets the chapter go on past it.
 
 # %%
-%%ranks --timeout 5
+%%ranks --timeout 5 --keep-going
 t = torch.ones(2)
 if rank != 1:
     dist.all_reduce(t)

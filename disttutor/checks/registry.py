@@ -4,7 +4,7 @@ Tests iterate :data:`EXERCISES`: every solution passes its checker, every
 untouched stub (taken from the chapter's notebook source) fails with a message
 naming its exercise. The grader (``disttutor grade``) reads the learner's code
 for ``stub`` out of a notebook and runs ``checker`` on it. :func:`hint` gives
-the hints one at a time, a nudge first, the solution file last.
+the hints one at a time, a nudge first, the solution file last (each call one step further).
 """
 from __future__ import annotations
 
@@ -157,11 +157,21 @@ def exercise(exercise_id: str) -> Exercise:
     raise ValueError(f"no exercise {exercise_id!r}; exercises are {', '.join(e.id for e in EXERCISES)}")
 
 
-def hint(exercise_id: str, level: int = 1) -> str:
-    """Hint ``level`` (1, 2, ...) of an exercise; past the last hint, where the solution is."""
+_SHOWN: dict[str, int] = {}  # exercise id -> the last hint level shown in this kernel
+
+
+def hint(exercise_id: str, level: int | None = None) -> str:
+    """The next hint of an exercise: a nudge first, then a stronger one, then where the solution is.
+
+    Each call without ``level`` goes one step further than the last hint shown for that exercise
+    (in this kernel); ``level`` (1, 2, ...) asks for one directly, and later calls go on from it.
+    """
     e = exercise(exercise_id)
-    if not isinstance(level, int) or level < 1:
+    if level is None:
+        level = min(_SHOWN.get(e.id, 0) + 1, len(e.hints) + 1)
+    elif isinstance(level, bool) or not isinstance(level, int) or level < 1:
         raise ValueError(f"hint levels start at 1, got {level!r}")
+    _SHOWN[e.id] = max(_SHOWN.get(e.id, 0), level)
     if level <= len(e.hints):
         return f"Exercise {e.id}, hint {level}/{len(e.hints)}: {e.hints[level - 1]}"
     return f"Exercise {e.id}: no more hints -- the solution is {e.solution} (in the course's root)."

@@ -1,13 +1,16 @@
 """``disttutor grade PATH...``: run every exercise's checker on a class's notebooks.
 
-A teacher collects the learners' notebooks (``alice.ipynb``, ...; a folder or single files).
-For each notebook and each exercise of :data:`disttutor.checks.EXERCISES` the grader finds
-the learner's code -- the cell nbgrader marks with ``grade_id: "exercise-N.M"`` if the
-course uses nbgrader, else the last code cell that defines the exercise's function/class --
-and runs the exercise's checker on it in a **separate process** (``python -m
-disttutor.course.grade --one``) bounded by ``--timeout``: a learner's endless loop or hung rank is
-killed with its whole process tree and the batch goes on. Prints a table learner x exercise
-(pass, or FAIL with the checker's first message) and writes the same as CSV.
+A teacher collects the learners' work: one folder per learner, nbgrader's
+``submitted/<student>/<assignment>/``, or a flat folder of ``<name>_NN_*.ipynb`` files
+(:mod:`disttutor.course.roster` says who is who). For each learner and each exercise of
+:data:`disttutor.checks.EXERCISES` the grader finds the learner's code in any of their notebooks
+-- the cell nbgrader marks with ``grade_id: "exercise-N.M"`` if the course uses nbgrader, else the
+last code cell that defines the exercise's function/class -- and runs the exercise's checker on it
+in a **separate process** (``python -m disttutor.course.grade --one``) bounded by ``--timeout``: a
+learner's endless loop or hung rank is killed with its whole process tree and the batch goes on
+(``--jobs`` checks at a time). An untouched stub needs no process: it is reported as the checker
+would. Prints a table, one row per learner and one column per exercise (pass, or FAIL with the
+checker's first message), and writes the same as CSV.
 """
 from __future__ import annotations
 
@@ -21,9 +24,11 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from disttutor.checks.registry import EXERCISES, Exercise, exercise
+from disttutor.course.roster import Learner, chapter_of, find
 
 MARKER = "DISTTUTOR_GRADE_RUN"  # set on every process the grader starts: how it counts what is left
 KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
@@ -36,6 +41,7 @@ class Outcome:
     status: str       # "pass", "fail", "timeout", "missing"
     message: str = ""
     seconds: float = 0.0
+    notebook: str = ""   # where the learner's code for this exercise was found
 
 
 def _defines(tree: ast.Module, name: str) -> bool:
@@ -82,29 +88,39 @@ def _keep_definitions(src: str) -> str:
     return "\n".join("\n".join(lines[start(n):n.end_lineno]) for n in tree.body if isinstance(n, KEEP)) + "\n"
 
 
+def _compile_problem(src: str | None) -> str:
+    try:
+        compile(src or "", "learner code", "exec")
+    except SyntaxError as e:
+        return f"the code does not compile: {e.msg} (line {e.lineno})"
+    return ""
+
+
 def check_one(exercise_id: str, source_file: str) -> dict:
     """Run one checker here; the grader calls this in a child process (``--one``)."""
     with open(source_file) as f:
         src = f.read()
-    try:
-        compile(src, "learner code", "exec")
-    except SyntaxError as e:
-        return {"passed": False, "message": f"the code does not compile: {e.msg} (line {e.lineno})"}
+    problem = _compile_problem(src)
+    if problem:
+        return {"passed": False, "message": problem}
     ex = exercise(exercise_id)
     res = ex.check_function()(src)
     return {"passed": bool(res.passed), "message": "" if res.passed else (res.problems or ["not passed"])[0]}
 
 
-def _run_child(ex: Exercise, src: str, timeout: float, env: dict) -> tuple[str, str]:
+def _run_child(ex: Exercise, src: str, timeout: float, env: dict, running: set) -> tuple[str, str]:
     from disttutor.contract.procs import PRCTL, kill_tree, tie_to_parent
 
     with tempfile.TemporaryDirectory(prefix="disttutor-grade-") as d:
         path = os.path.join(d, f"ex{ex.id.replace('.', '_')}.py")
         with open(path, "w") as f:
             f.write(src)
+        # PR_SET_PDEATHSIG follows the *thread* that started the child: a pool thread lives until
+        # the pool is shut down, after every child it started has ended.
         p = subprocess.Popen([sys.executable, "-m", "disttutor.course.grade", "--one", ex.id, path], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                              start_new_session=True, preexec_fn=tie_to_parent if PRCTL else None)
+        running.add(p)
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -114,6 +130,8 @@ def _run_child(ex: Exercise, src: str, timeout: float, env: dict) -> tuple[str, 
         except BaseException:
             kill_tree([p.pid])
             raise
+        finally:
+            running.discard(p)
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
         last = (err.strip().splitlines() or ["(no output)"])[-1]
@@ -136,51 +154,77 @@ def leftover_processes(run_id: str) -> list[int]:
     return left
 
 
-def notebooks(paths: list[str]) -> list[str]:
-    out = []
-    for p in paths:
-        if os.path.isdir(p):
-            out += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".ipynb"))
-        elif p.endswith(".ipynb") and os.path.isfile(p):
-            out.append(p)
-        else:
-            raise FileNotFoundError(f"{p!r} is not a notebook (.ipynb) or a folder of notebooks")
-    if not out:
-        raise FileNotFoundError(f"no notebooks in {', '.join(paths)}")
-    return out
+def _read(path: str) -> tuple[dict | None, str]:
+    try:
+        with open(path) as f:
+            return json.load(f), ""
+    except (OSError, ValueError) as e:
+        return None, f"cannot read {os.path.basename(path)}: {e}"
+
+
+def _pick(learner: Learner, books: dict, ex: Exercise) -> tuple[str, str | None, str]:
+    """(notebook, code or None, problem) of ``ex`` for one learner, from all of their notebooks.
+
+    Found in several (a "-Copy1", last week's file): the one whose file name says the exercise's
+    chapter, then the shortest name (the original of a copy); the CSV says which one was graded.
+    """
+    found = [(nb, code) for nb in learner.notebooks if books[nb][0] is not None
+             for code in [extract(books[nb][0], ex)] if code is not None]
+    if found:
+        found.sort(key=lambda t: (chapter_of(t[0]) != ex.chapter, len(os.path.basename(t[0])), t[0]))
+        return found[0][0], found[0][1], ""
+    unreadable = [nb for nb in learner.notebooks if books[nb][0] is None and chapter_of(nb) in (None, ex.chapter)]
+    return (unreadable[0], None, books[unreadable[0]][1]) if unreadable else ("", None, "")
 
 
 def grade(paths: list[str], exercises: list[str] | None = None, timeout: float = 600.0,
-          progress=None) -> tuple[list[Outcome], list[int]]:
-    """Grade every notebook; returns the outcomes and the processes left behind (should be [])."""
+          progress=None, jobs: int = 1) -> tuple[list[Outcome], list[int]]:
+    """Grade every learner; returns the outcomes (learner by learner, in exercise order) and the
+    processes left behind (should be [])."""
+    from disttutor.checks.adapter import stub_problem
     from disttutor.contract.procs import kill_tree
 
     chosen = [exercise(e) for e in exercises] if exercises else list(EXERCISES)
+    learners = find(paths)  # before any check: an ambiguous class is an error, not a wrong table
     run_id = uuid.uuid4().hex
     env = {**os.environ, MARKER: run_id}
-    results = []
-    for nb_path in notebooks(paths):
-        learner = os.path.splitext(os.path.basename(nb_path))[0]
-        try:
-            with open(nb_path) as f:
-                nb = json.load(f)
-        except (OSError, ValueError) as e:
-            results += [Outcome(learner, ex.id, "fail", f"cannot read the notebook: {e}") for ex in chosen]
-            continue
+    results: dict[tuple[str, str], Outcome] = {}
+    todo = []
+    for lr in learners:
+        books = {nb: _read(nb) for nb in lr.notebooks}  # one learner at a time: notebooks can be MBs
         for ex in chosen:
-            src = extract(nb, ex)
-            if src is None:
-                results.append(Outcome(learner, ex.id, "missing"))
-                continue
-            t0 = time.perf_counter()
-            status, msg = _run_child(ex, src, timeout, env)
-            results.append(Outcome(learner, ex.id, status, msg, time.perf_counter() - t0))
+            nb, src, problem = _pick(lr, books, ex)
+            stub = stub_problem(src) if src is not None else None
+            if stub and not stub.startswith(f"still a stub -- Exercise {ex.id}:"):
+                stub = None  # another exercise's stub in the same cell: this one is for its checker
+            problem = problem or stub or _compile_problem(src)  # the checker's own words, without a process
+            if src is None or problem:
+                results[lr.name, ex.id] = Outcome(lr.name, ex.id, "fail" if problem else "missing", problem, 0.0, nb)
+            else:
+                todo.append((lr, ex, nb, src))
+    running: set = set()
+
+    def one(lr: Learner, ex: Exercise, nb: str, src: str) -> Outcome:
+        t0 = time.perf_counter()
+        status, msg = _run_child(ex, src, timeout, env, running)
+        return Outcome(lr.name, ex.id, status, msg, time.perf_counter() - t0, nb)
+
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="disttutor-grade")
+    try:
+        for fut in as_completed([pool.submit(one, *t) for t in todo]):
+            r = fut.result()
+            results[r.learner, r.exercise] = r
             if progress:
-                progress(results[-1])
+                progress(r)
+    except BaseException:  # Ctrl-C: no check may go on running on its own
+        pool.shutdown(wait=False, cancel_futures=True)
+        kill_tree([p.pid for p in list(running)])
+        raise
+    pool.shutdown(wait=True)
     left = leftover_processes(run_id)
     if left:  # should never happen; never leave them running either
         kill_tree(left)
-    return results, left
+    return [results[lr.name, ex.id] for lr in learners for ex in chosen], left
 
 
 def table(results: list[Outcome], width: int = 60) -> str:
@@ -206,39 +250,49 @@ def table(results: list[Outcome], width: int = 60) -> str:
 def write_csv(results: list[Outcome], path: str) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["learner", "exercise", "status", "message", "seconds"])
+        w.writerow(["learner", "exercise", "status", "message", "seconds", "notebook"])
         for r in results:
-            w.writerow([r.learner, r.exercise, r.status, r.message, f"{r.seconds:.1f}"])
+            w.writerow([r.learner, r.exercise, r.status, r.message, f"{r.seconds:.1f}", r.notebook])
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="disttutor grade", description=(
-        "Run every exercise's checker on learners' notebooks (one notebook per learner): prints a table "
-        "learner x exercise and writes it as CSV. Each check runs in its own process, bounded in time."))
-    p.add_argument("paths", nargs="+", help="notebooks (.ipynb) or folders of them, one per learner")
+        "Run every exercise's checker on learners' notebooks: prints a table, one row per learner and one "
+        "column per exercise, and writes it as CSV. Each check runs in its own process, bounded in time."),
+        epilog=("Layouts: one folder per learner (notebooks at any depth inside it), nbgrader's "
+                "submitted/<student>/<assignment>/, or a flat folder of <name>_NN_*.ipynb files. "
+                "Example: disttutor grade class/ --jobs 2 --csv class-grades.csv"))
+    p.add_argument("paths", nargs="+", help="a class folder, learners' folders, or notebooks (.ipynb)")
     p.add_argument("--exercises", default="", help="comma-separated ids (default: all), e.g. 4.1,4.2")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds per learner and exercise (2.1 runs 3 jobs; each checker job stops itself after "
                         "300 s, a hung rank after 10 s: this only catches what they cannot, e.g. an endless loop)")
-    p.add_argument("--csv", default="grades.csv", help="where to write the CSV (default: grades.csv)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="checks at a time (default 1; a checker on ranks uses up to 4 processes, so about "
+                        "one job per 4 cores keeps its own timeouts honest)")
+    p.add_argument("--csv", default="grades.csv",
+                   help="where to write the CSV (default: grades.csv in the current folder; the last line says "
+                        "where it went)")
     a = p.parse_args(argv)
     if not a.timeout > 0:
         p.error("--timeout must be > 0")
+    if a.jobs < 1:
+        p.error("--jobs must be >= 1")
     try:
         ids = [e.strip() for e in a.exercises.split(",") if e.strip()]
         for e in ids:
             exercise(e)
         t0 = time.perf_counter()
-        results, left = grade(a.paths, ids or None, a.timeout,
+        results, left = grade(a.paths, ids or None, a.timeout, jobs=a.jobs,
                               progress=lambda r: print(f"  {r.learner} {r.exercise}: {r.status} ({r.seconds:.0f}s)",
                                                        file=sys.stderr, flush=True))
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError) as e:  # RosterError is a ValueError
         print(f"disttutor grade: error: {e}", file=sys.stderr)
         return 2
     print(table(results))
     write_csv(results, a.csv)
-    print(f"\n{len({r.learner for r in results})} notebooks graded in {time.perf_counter() - t0:.0f}s; "
-          f"CSV: {a.csv}; processes left: {len(left)}")
+    print(f"\n{len({r.learner for r in results})} learners graded in {time.perf_counter() - t0:.0f}s; "
+          f"CSV: {os.path.abspath(a.csv)}; processes left: {len(left)}")
     return 0
 
 

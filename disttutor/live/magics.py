@@ -3,11 +3,15 @@
     %load_ext disttutor
     %ranks start -n 4 [--backend auto|gloo|nccl] [--timeout 30]
     %%ranks [0,2] [--timeout 10]      # the cell runs on those ranks (default: all)
+    %%ranks --keep-going              # a cell that fails on purpose: shown, but Run All goes on
     %ranks pull t [--ranks 0,2]       # each rank's t -> the kernel's t (list in rank order)
     %ranks push w                     # the kernel's w -> every rank
     %ranks status | restart | stop
 
-The magics only parse and print; :class:`~disttutor.live.pool.Ranks` does the work.
+The magics only parse and print; :class:`~disttutor.live.pool.Ranks` does the work. A cell in
+which a rank raised, died, hung or was interrupted fails like any cell that raises (so Run All
+stops there), after every rank's state is shown; so does a magic used wrongly. Both fail with one
+line, not a traceback into this package.
 """
 from __future__ import annotations
 
@@ -26,9 +30,17 @@ from disttutor.live.report import CellResult
 class _State:
     pool: Ranks | None = None
     last: CellResult | None = None
+    stopped: int = 0      # how many ranks `%ranks stop` ended (0: none stopped yet)
 
 
 STATE = _State()
+
+
+class RanksFailed(Exception):
+    """Makes the cell fail (Run All stops at it); IPython shows it as these lines, not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,14 +74,32 @@ def _cell_parser() -> _Parser:
     p = _Parser(prog="%%ranks", add_help=False)
     p.add_argument("ranks", nargs="?", default=None)
     p.add_argument("--timeout", type=float, default=None)
-    p.add_argument("--quiet", action="store_true", help="return the result without printing it")
+    p.add_argument("--quiet", action="store_true", help="return the result without printing it (a failure is shown)")
+    p.add_argument("--keep-going", action="store_true", help="do not fail the cell when a rank fails")
     return p
 
 
 def _pool() -> Ranks:
     if STATE.pool is None or STATE.pool._proc is None:
+        if STATE.stopped:
+            raise LiveError(f"the live ranks are stopped: `%ranks start -n {STATE.stopped}` starts them again")
         raise LiveError("no live ranks yet: run `%ranks start -n 2` first")
     return STATE.pool
+
+
+def _failure(res: CellResult) -> str:
+    """One line: on which ranks and how the cell failed."""
+    bad = [r for r in res.ranks if res.status.get(r) != "ok"]
+    how = []
+    for r in bad:
+        st = res.status.get(r, "?")
+        if st == "error":
+            how.append(f"rank {r} raised {(res.errors.get(r, '').splitlines() or ['?'])[-1]}")
+        else:
+            how.append(f"rank {r} {'is ' if st == 'stuck' else 'was ' if st == 'interrupted' else ''}{st}")
+    when = (f"timed out after {res.timeout_s:g} s: " if res.timed_out else "was interrupted: " if res.interrupted
+            else "failed: ")
+    return f"the cell {when}{'; '.join(how)} ({len(bad)} of {len(res.ranks)} ranks; every rank's state is above)"
 
 
 @magics_class
@@ -78,16 +108,18 @@ class RanksMagics(Magics):
     def ranks(self, line: str, cell: str | None = None):
         try:
             return self._cell(line, cell) if cell is not None else self._line(line)
-        except LiveError as exc:
-            print(f"live ranks: {exc}")  # one readable message, no traceback into the package
+        except (LiveError, ValueError) as exc:  # one readable message, no traceback into the package
+            raise RanksFailed(f"live ranks: {exc}") from None
 
     def _cell(self, line: str, cell: str):
         a = _cell_parser().parse_args(shlex.split(line))
         ranks = _rank_list(a.ranks) if a.ranks else None
         res = _pool().run(cell, ranks=ranks, timeout=a.timeout)
         STATE.last = res
-        if not a.quiet:
-            print(res.text())
+        if not a.quiet or not res.ok:
+            print(res.text(), flush=True)
+        if not res.ok and not a.keep_going:
+            raise RanksFailed(f"%%ranks: {_failure(res)}")
 
     def _line(self, line: str):
         a = _line_parser().parse_args(shlex.split(line))
@@ -100,6 +132,7 @@ class RanksMagics(Magics):
                   f"{', '.join(i['device'] for i in info)} (started in {STATE.pool.start_s:.1f} s)")
         elif a.action == "stop":
             if STATE.pool is not None:
+                STATE.stopped = STATE.pool.config.nproc
                 STATE.pool.stop()
                 STATE.pool = None
             print("live ranks stopped")
