@@ -63,8 +63,10 @@ def run(cfg: WhoamiConfig) -> None:
         # Gather (GROUP_RANK, LOCAL_RANK) of everyone: a rank can check the layout itself.
         layout: list = [None] * ctx.world_size
         dist.all_gather_object(layout, (group_rank, ctx.local_rank))
+        # Under Slurm: the node this rank's task runs on (the rendezvous, not Slurm, picks GROUP_RANK).
         runtime.report(env=ident, ranks_per_node=per_node.tolist(), rank_sum=rank_sum[0].item(),
-                       layout=layout, agent_pid=os.getppid(), host=socket.gethostname())
+                       layout=layout, agent_pid=os.getppid(), host=socket.gethostname(),
+                       slurm_node=os.environ.get("SLURMD_NODENAME"))
 
 
 main = cli(WhoamiConfig, run)  # the command line is derived from WhoamiConfig's fields
