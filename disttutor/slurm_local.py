@@ -58,6 +58,8 @@ SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
 MpiDefault=none
 ReturnToService=2
+# the nodes declare the CPUs written here, whatever this host has (both share its cores anyway)
+SlurmdParameters=config_overrides
 KillWait=2
 MinJobAge=600
 {nodes}
