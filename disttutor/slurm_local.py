@@ -131,8 +131,8 @@ class LocalSlurm:
         nodes = "\n".join(f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} "
                           f"Port={self.ports[n]} CPUs={self.cpus} State=UNKNOWN" for n in NODES)
         with open(self.env["SLURM_CONF"], "w") as f:
-            f.write(_CONF.format(host=socket.gethostname(), ctld_port=self.ports["slurmctld"], d=d, munge=m, nodes=nodes,
-                                 names=",".join(NODES)))
+            f.write(_CONF.format(host=socket.gethostname(), ctld_port=self.ports["slurmctld"], d=d, munge=m,
+                                 nodes=nodes, names=",".join(NODES)))
         self._spawn("slurmctld", ["slurmctld", "-D"])
         for n in NODES:
             self._spawn(n, ["slurmd", "-D", "-N", n])

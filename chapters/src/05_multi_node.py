@@ -644,10 +644,12 @@ print("YAML parses; replicas:", {k: v["replicas"] for k, v in specs.items()},
 
 # %% [markdown]
 # ### Bad configs fail early, in words
-# The config is validated when it is made, not when 16 GPUs are already allocated:
+# The config is validated when it is made, not when 16 GPUs are already allocated. What only the
+# cluster knows (how many CPUs or GPUs its nodes have) is `sbatch --test-only`'s to answer, above.
 
 # %% tags=["nbval-check-output"]
-for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(job_name="My_Job"), dict(time_limit="2h")):
+for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus_per_node=2),
+            dict(job_name="My_Job"), dict(time_limit="2h")):
     try:
         cluster.ClusterConfig(**bad)
     except (ValueError, TypeError) as exc:
@@ -669,7 +671,9 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(job_name="My_Job"), di
 #   Never combine a launcher with `mp.spawn`: every launched process spawns a full set of children,
 #   their ranks clash, and in the worst case nothing fails and training is silently wrong.
 # * `disttutor.cluster` writes torchrun commands, Slurm scripts and Kubeflow `PyTorchJob` manifests
-#   from one validated config.
+#   from one validated config. The Slurm script ran under a real Slurm: it activates the environment,
+#   reaches the head at its `NodeAddr`, takes a rendezvous port per job and labels every line with
+#   node and rank; ask `sbatch --test-only` whether a request fits before queueing it.
 #
 # **Try it:** launch `whoami` with `nproc=1, nnodes=3` (three one-process "nodes") and check the
 # formula again; generate the launch files for your own cluster with `cluster.ClusterConfig(...)`.
