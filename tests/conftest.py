@@ -56,6 +56,7 @@ SLOW_FIRST = [
     "chapters/07_pipeline_parallel.ipynb",  # ~105
     "tests/test_ch05_multi_node.py",        # ~90: the article's double spawn
     "tests/test_ch04_scratch.py",           # ~80: the DDP checkers' wrong answers
+    "tests/test_slurm.py",                  # ~60: six sbatch jobs on a local two-node Slurm
     "tests/test_ch09_troubleshoot.py",
     "tests/test_ch10_train.py",
 ]

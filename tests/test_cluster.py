@@ -4,7 +4,8 @@ Each generated torchrun command line is fed to torchrun's *own* argument
 parser and config builder (torch.distributed.run), the sbatch script is
 syntax-checked by bash and then run with stub `scontrol`/`srun`, and the
 PyTorchJob manifest is parsed as YAML and checked against the Training
-Operator v1 structure. No test needs a cluster.
+Operator v1 structure. No test here needs a cluster; tests/test_slurm.py
+runs the Slurm script under a real one.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import tempfile
 import pytest
 import yaml
 
-from disttutor.multinode.cluster import ClusterConfig, pytorchjob_manifest, slurm_script, torchrun_commands
+from disttutor.multinode.cluster import ClusterConfig, pytorchjob_manifest, slurm_script, this_environment, torchrun_commands
 
 torch_run = pytest.importorskip("torch.distributed.run")
 
@@ -75,24 +76,46 @@ def test_slurm_script_is_valid_bash_and_runs_torchrun_once_per_node(tmp_path):
     assert directives["nodes"] == "3" and directives["ntasks-per-node"] == "1"
     assert directives["gpus-per-node"] == "4" and directives["partition"] == "gpu"
     assert directives["job-name"] == "demo-job" and directives["time"] == "01:00:00"
-    # Run the script for real with stub scontrol/srun: srun prints the command it was given.
+    # Run the script with stub scontrol/srun (tests/test_slurm.py runs it under a real Slurm): srun
+    # prints the command it was given.
     bindir = tmp_path / "bin"
     bindir.mkdir()
     # scontrol lists the nodes, then (as a long host list would) keeps writing after the first line:
     # a script that reads only one line (`| head -n 1` under pipefail) dies of SIGPIPE here, every time.
-    for name, body in {"scontrol": 'printf "gpu-node-7\\ngpu-node-8\\ngpu-node-9\\n"; sleep 0.2; seq 100000',
-                       "srun": 'printf "%s\\n" "$@"'}.items():
+    # `show node` answers as Slurm does: the node's address (NodeAddr) differs from its name.
+    scontrol = """if [ "$2" = hostnames ]; then printf "gpu-node-7\\ngpu-node-8\\ngpu-node-9\\n"; sleep 0.2; seq 100000
+else printf "NodeName=$3 Arch=x86_64 CoresPerSocket=8\\n   NodeAddr=10.0.0.7 NodeHostName=$3 Version=22.05.8\\n"; fi"""
+    for name, body in {"scontrol": scontrol, "srun": 'printf "%s\\n" "$@"'}.items():
         (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bindir / name).chmod(stat.S_IRWXU)
     env = {"PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-node-[7-9]",
            "SLURM_JOB_ID": "4242", "SLURM_NNODES": "3"}
     out = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
+    assert lines[0].startswith("job 4242: 3 nodes (gpu-node-[7-9]), rendezvous at 10.0.0.7:")
+    srun = lines[1:lines.index("torchrun")]
+    assert srun == ["--label", "--kill-on-bad-exit=1"]  # every line labelled; one failed node ends them all
     argv = lines[lines.index("torchrun") + 1:]
     args, config, cmd_args = accept(argv)
-    assert config.rdzv_endpoint == "gpu-node-7:29400"  # the first node of the allocation
+    host, port = config.rdzv_endpoint.split(":")
+    assert host == "10.0.0.7" and 1024 <= int(port) <= 65535  # the head's NodeAddr; a port from the OS
     assert config.run_id == "4242" and (config.min_nodes, config.nproc_per_node) == (3, 4)
+    assert args.tee == "3"  # workers' lines reach the job's output, prefixed with their rank
     assert cmd_args[-4:] == ["-m", "disttutor.programs.whoami", "--size", "3"]
+
+
+def test_slurm_script_activates_the_configured_environment_first(tmp_path):
+    text = slurm_script(ClusterConfig(activate="source ~/venvs/ddp/bin/activate"))
+    body = text.splitlines()
+    assert body.index("source ~/venvs/ddp/bin/activate") < body.index("set -u  # after the activation: "
+                                                                      "activation scripts may read unset variables")
+    # without activate=: this Python's environment (the nodes share this file system)
+    assert this_environment() in slurm_script(ClusterConfig()).splitlines()
+    # an environment without torchrun: a clear one-line error, exit code 2, before anything is queued
+    path = tmp_path / "job.sbatch"
+    path.write_text(slurm_script(ClusterConfig(activate="export PATH=/nonexistent")))
+    p = subprocess.run(["/bin/bash", str(path)], env={"PATH": "/nonexistent"}, capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.strip() == "torchrun not found: fix the activation line"
 
 
 def _operator_env(pod_index: int) -> dict[str, str]:
@@ -155,7 +178,58 @@ def test_generators_are_deterministic():
     ({"head": "node0:29500"}, "without port"),
     ({"time_limit": "1 hour"}, "HH:MM:SS"),
     ({"image": ""}, "container image"),
+    ({"nproc_per_node": 4, "cpus_per_node": 2}, "every process needs at least one CPU"),
+    ({"activate": "source a\nsource b"}, "one shell line"),
 ])
 def test_bad_config_gets_a_clear_error(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=re.escape(message)):
         ClusterConfig(**kwargs)
+
+
+def test_defaults_fit_a_cpu_course():
+    cfg = ClusterConfig()
+    # a CPU job (gloo) as in this course: no GPU request, which a GPU-less cluster refuses at submit
+    assert cfg.gpus_per_node == 0 and "--gpus-per-node" not in slurm_script(cfg)
+    # one CPU per process by default, the least that runs (a request above the nodes' CPUs never starts)
+    assert cfg.cpus_per_node == cfg.nproc_per_node and ClusterConfig(nproc_per_node=3).cpus_per_node == 3
+    assert "#SBATCH --cpus-per-task=3" in slurm_script(ClusterConfig(nproc_per_node=3))
+
+
+@pytest.mark.timeout(180)
+def test_pytorchjob_pods_commands_run_for_real_on_loopback(tmp_path):
+    """No container runtime or API server here (docker has no daemon, kubectl no cluster), so the
+    operator and the pods cannot run; what each pod would run can: the container's command and args,
+    with the variables the operator injects, as two processes on loopback (Master pod, Worker pod)."""
+    import json
+    import sys
+    import time
+
+    from disttutor.launcher.launch import free_port
+    from disttutor.contract.procs import kill_tree
+
+    cfg = ClusterConfig(nnodes=2, nproc_per_node=1, module="disttutor.programs.whoami", job_name="pods")
+    specs = yaml.safe_load(pytorchjob_manifest(cfg))["spec"]["pytorchReplicaSpecs"]
+    port, procs = free_port(), []
+    try:
+        for pod, kind in enumerate(["Master", "Worker"]):
+            (c,) = specs[kind]["template"]["spec"]["containers"]
+            op = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(pod),
+                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            argv = [re.sub(r"\$\((\w+)\)", lambda m: op[m.group(1)], a) for a in c["args"]]
+            assert c["command"] == ["torchrun"]  # run as the same program, from this interpreter
+            env = {**os.environ, **{e["name"]: e["value"] for e in c["env"]}, **op,
+                   "DISTTUTOR_RUN_DIR": str(tmp_path), "DISTTUTOR_COLLECTIVE_TIMEOUT": "60"}
+            procs.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
+        deadline = time.monotonic() + 150  # ~5 s idle; generous for a loaded 2-core machine
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p.poll() for p in procs] == [0, 0], "the pods' torchrun commands did not both succeed"
+    finally:
+        kill_tree([p.pid for p in procs if p.poll() is None])
+    reports = [json.load(open(tmp_path / f"rank{r}.json"))["results"] for r in range(2)]
+    for pod, rep in enumerate(reports):
+        # static rendezvous: the operator's pod index (PET_NODE_RANK) *is* GROUP_RANK
+        assert rep["env"]["GROUP_RANK"] == str(pod) and rep["env"]["WORLD_SIZE"] == "2"
+        assert rep["ranks_per_node"] == [1.0, 1.0] and rep["rank_sum"] == 1.0

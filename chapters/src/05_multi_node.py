@@ -418,7 +418,8 @@ for mode in ("static", "c10d"):
 # %% tags=["nbval-check-output"]
 cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=4, gpus_per_node=4, module="disttutor.programs.whoami",
                             job_name="whoami-2x4", head="node0.cluster.local", port=29500, partition="gpu",
-                            time_limit="00:10:00", image="pytorch/pytorch:latest", env={"NCCL_DEBUG": "WARN"})
+                            time_limit="00:10:00", image="pytorch/pytorch:latest", env={"NCCL_DEBUG": "WARN"},
+                            activate="source ~/venvs/ddp/bin/activate")
 print(cfg)
 
 # %% [markdown]
@@ -475,7 +476,8 @@ print(check_node_command(node_command))
 # %% [markdown]
 # ### Slurm
 # One `srun` task per node; each task is a torchrun agent. The first node of the allocation hosts the
-# c10d rendezvous; `$SLURM_JOB_ID` makes the rendezvous id unique per job. Submit with `sbatch job.sbatch`.
+# c10d rendezvous (the batch script itself runs there); `$SLURM_JOB_ID` makes the rendezvous id unique
+# per job. Submit with `sbatch job.sbatch`, after `sbatch --test-only job.sbatch` (below).
 
 # %% tags=["nbval-check-output"]
 sbatch = cluster.slurm_script(cfg)
@@ -490,6 +492,113 @@ assert check.returncode == 0, check.stderr
 print("bash -n: syntax OK")
 
 # %% [markdown]
+# **Why each line is there.** This script has been run under a real Slurm (22.05: `munged`, `slurmctld`
+# and two `slurmd` on one machine, below), and each of these lines fixes what went wrong there
+# without it (*reported*: the first real run of an earlier version of this script, disttutor issue 29):
+#
+# | line | without it |
+# |---|---|
+# | the activation line (`activate=`; default: the environment that generated the script) | `slurmstepd: error: execve(): torchrun: No such file or directory`, job FAILED |
+# | `head_addr` = the head's `NodeAddr` from `scontrol show node` | the node *name* (`n1`) did not resolve (`Name or service not known`): rendezvous timeout, FAILED after minutes |
+# | `rdzv_port`: a port free on the head, per job | two jobs with one head met at the fixed port 29500: the second joined the first one's store and died when it ended |
+# | `srun --label`, torchrun's `--tee=3` and its line prefix | the ranks' lines interleaved, with no node or rank |
+# | `--kill-on-bad-exit=1` | (a safeguard) one failed node ends the step on every node at once; without it each agent must notice by itself (with a crashing rank they did, in seconds) |
+# | `--cpus-per-task`: one CPU per process by default; no GPU request by default | 16 CPUs on 2-CPU nodes: PENDING for ever; GPUs on a cluster without them: refused |
+# | `sed -n 1p`, not `head -n 1` | `head` exits after one line: under `pipefail`, scontrol's SIGPIPE ended the job |
+#
+# Without `activate=`, the line activates the environment of the Python that writes the script, which
+# is right when the cluster's nodes see this machine's file system (a shared home or project
+# directory). Here it would be:
+
+# %%
+print(cluster.this_environment().replace(sys.prefix, "<this kernel's environment>"))
+
+# %% [markdown]
+# ### The script under a real Slurm
+# Where Slurm's Debian packages are installed and the kernel runs as root (the course's CI does it),
+# `disttutor.multinode.slurm_local.LocalSlurm` starts a **two-node cluster on this machine**: one `munged` with a
+# key of its own, one `slurmctld` and two `slurmd` (nodes `n1` and `n2`, both at `127.0.0.1`, each on
+# its own port), all in a temporary directory and stopped by PID at the end. The generated script is
+# submitted unchanged (only `activate=` left at its default: this kernel's environment).
+# `tests/test_slurm.py` runs it the same way for 1 x 2, 2 x 1 and 2 x 2 processes, a crashing rank,
+# and two jobs sharing one head at the same time.
+
+# %%
+import dataclasses  # noqa: E402
+import shutil  # noqa: E402
+
+from disttutor.multinode import slurm_local
+from disttutor.launcher.collect import read_reports  # noqa: E402
+
+why_not = slurm_local.unavailable()
+run_cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=2, job_name="whoami-2x2", time_limit="00:05:00")
+slurm_run = None
+if why_not:
+    print(f"Not run here: no local Slurm ({why_not}). tests/test_slurm.py runs it where Slurm is installed; "
+          "the course's committed notebook shows its build machine's run.")
+else:
+    work = tempfile.mkdtemp(prefix="disttutor-slurm-")
+    try:
+        with slurm_local.LocalSlurm(os.path.join(work, "cluster")) as slurm:
+            print(slurm.run("sinfo", "-N", "-o", "%N %o %T %c").stdout)  # names, addresses, states, CPUs
+            # Before queueing: could Slurm ever run it? (--test-only queues nothing)
+            for label, c in [("as configured", run_cfg),
+                             ("cpus_per_node=16", dataclasses.replace(run_cfg, cpus_per_node=16)),
+                             ("gpus_per_node=2", dataclasses.replace(run_cfg, gpus_per_node=2))]:
+                ok, said = cluster.sbatch_test_only(cluster.slurm_script(c), env=slurm.env)
+                print(f"sbatch --test-only, {label:17s}: {'OK ' if ok else 'NO '} {said}")
+            job_dir = os.path.join(work, "job")
+            os.mkdir(job_dir)
+            job_id = slurm.sbatch(cluster.slurm_script(run_cfg), cwd=job_dir,
+                                  env={"DISTTUTOR_RUN_DIR": job_dir, "OMP_NUM_THREADS": "1"})
+            info = slurm.wait([job_id], timeout=240)[job_id]
+            (out_file,) = [f for f in os.listdir(job_dir) if f.endswith(f"-{job_id}.out")]
+            with open(os.path.join(job_dir, out_file)) as f:
+                slurm_run = {"id": job_id, "info": info, "output": f.read().splitlines(),
+                             "reports": read_reports(job_dir)}
+        assert slurm.swept == [], slurm.swept  # nothing was left for the sweep after the daemons stopped
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\njob {job_id}: {info['JobState']} (exit code {info['ExitCode']}) in {info['RunTime']} on "
+          f"{info['NodeList']}")
+
+# %% [markdown]
+# The job's output file (`%x-%j.out`): the script's own line, then one line per rank, each starting
+# with the **node's task index** (`srun --label`) and the **rank** (torchrun's prefix). The agents'
+# own log lines (torchrun's warnings at shutdown, with paths of the build machine) are counted, not shown.
+
+# %%
+if slurm_run:
+    labelled = [ln for ln in slurm_run["output"] if re.match(r"\d+: \[rank\d+\]: RANK ", ln)]
+    print(slurm_run["output"][0])
+    print("\n".join(sorted(labelled, key=lambda ln: int(re.search(r"\[rank(\d+)\]", ln).group(1)))))
+    print(f"(+ {len(slurm_run['output']) - 1 - len(labelled)} lines of the torchrun agents' own log)")
+
+# %% [markdown]
+# The ranks' reports: the same identity and all-reduces as in section 1, now from a Slurm job. Which
+# Slurm node became `GROUP_RANK` 0 is the rendezvous' choice (sorted by address, then agent pid:
+# section 1), not Slurm's node order, so the `node` column may read either way.
+
+# %%
+if slurm_run:
+    reps = slurm_run["reports"]
+    print(format_table([{"RANK": r, "GROUP_RANK": int(rep["results"]["env"]["GROUP_RANK"]),
+                         "LOCAL_RANK": int(rep["results"]["env"]["LOCAL_RANK"]), "Slurm node": rep["results"]["slurm_node"],
+                         "ranks per node": rep["results"]["ranks_per_node"], "sum of ranks": rep["results"]["rank_sum"]}
+                        for r, rep in sorted(reps.items())]))
+    world = run_cfg.world_size
+    assert slurm_run["info"]["JobState"] == "COMPLETED" and sorted(reps) == list(range(world))
+    for r, rep in reps.items():
+        e = rep["results"]["env"]
+        assert int(e["RANK"]) == int(e["GROUP_RANK"]) * int(e["LOCAL_WORLD_SIZE"]) + int(e["LOCAL_RANK"]) == r
+        assert e["TORCHELASTIC_RUN_ID"] == slurm_run["id"]  # --rdzv-id=$SLURM_JOB_ID
+        assert rep["results"]["ranks_per_node"] == [2.0, 2.0] and rep["results"]["rank_sum"] == sum(range(world))
+    assert len({(rep["results"]["env"]["GROUP_RANK"], rep["results"]["slurm_node"]) for rep in reps.values()}) == 2
+    assert re.search(r"rendezvous at 127\.0\.0\.1:\d+$", slurm_run["output"][0])  # NodeAddr, not "n1"
+    print(f"COMPLETED; RANK = GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK on all {world} ranks; the rendezvous "
+          "met at the head's NodeAddr, on a port of the job's own")
+
+# %% [markdown]
 # ### Kubernetes: a Kubeflow `PyTorchJob`
 # For the **Kubeflow Training Operator v1** API (`apiVersion: kubeflow.org/v1`, kind `PyTorchJob`): one
 # `Master` pod and `nnodes-1` `Worker` pods, one per node. The operator injects `MASTER_ADDR`,
@@ -498,6 +607,12 @@ print("bash -n: syntax OK")
 # explicitly with Kubernetes' `$(VAR)` expansion, so the pod numbering is the node rank (static
 # rendezvous). The container must be called `pytorch`. Kubeflow Trainer v2 (`TrainJob`) is the
 # successor API; this manifest targets the v1 operator. Apply with `kubectl apply -f job.yaml`.
+#
+# **What of it runs here: not Kubernetes.** The course's build and CI machines have no container
+# runtime (a docker client, no daemon) and no API server for `kubectl`, so neither the operator nor a
+# pod can start. Checked instead: the manifest's v1 structure and torchrun's parser on each pod's
+# arguments (below), and in `tests/test_cluster.py` the two pods' torchrun commands **run** as two
+# processes on loopback with the variables the operator would inject (GROUP_RANK = the pod index).
 
 # %% tags=["nbval-check-output"]
 import difflib
@@ -529,10 +644,12 @@ print("YAML parses; replicas:", {k: v["replicas"] for k, v in specs.items()},
 
 # %% [markdown]
 # ### Bad configs fail early, in words
-# The config is validated when it is made, not when 16 GPUs are already allocated:
+# The config is validated when it is made, not when 16 GPUs are already allocated. What only the
+# cluster knows (how many CPUs or GPUs its nodes have) is `sbatch --test-only`'s to answer, above.
 
 # %% tags=["nbval-check-output"]
-for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(job_name="My_Job"), dict(time_limit="2h")):
+for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus_per_node=2),
+            dict(job_name="My_Job"), dict(time_limit="2h")):
     try:
         cluster.ClusterConfig(**bad)
     except (ValueError, TypeError) as exc:
@@ -554,7 +671,9 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(job_name="My_Job"), di
 #   Never combine a launcher with `mp.spawn`: every launched process spawns a full set of children,
 #   their ranks clash, and in the worst case nothing fails and training is silently wrong.
 # * `disttutor.multinode.cluster` writes torchrun commands, Slurm scripts and Kubeflow `PyTorchJob` manifests
-#   from one validated config.
+#   from one validated config. The Slurm script ran under a real Slurm: it activates the environment,
+#   reaches the head at its `NodeAddr`, takes a rendezvous port per job and labels every line with
+#   node and rank; ask `sbatch --test-only` whether a request fits before queueing it.
 #
 # **Try it:** launch `whoami` with `nproc=1, nnodes=3` (three one-process "nodes") and check the
 # formula again; generate the launch files for your own cluster with `cluster.ClusterConfig(...)`.

@@ -5,8 +5,9 @@ ready-to-edit text:
 
 * :func:`torchrun_commands` -- one plain ``torchrun`` command per node;
 * :func:`slurm_script` -- an ``sbatch`` script: one ``srun`` task per node, each
-  a torchrun agent that starts one process per GPU, meeting at the first
-  node of the allocation through c10d rendezvous;
+  a torchrun agent that starts one process per device, meeting at the first
+  node of the allocation through c10d rendezvous (its NodeAddr, a port of the
+  job's own), every output line labelled with its node and rank;
 * :func:`pytorchjob_manifest` -- a Kubernetes ``PyTorchJob`` for the Kubeflow
   Training Operator v1 API (``apiVersion: kubeflow.org/v1``, ``Master`` +
   ``Worker`` replica specs, ``spec.nprocPerNode`` as in operator releases
@@ -17,17 +18,23 @@ ready-to-edit text:
 
 Every launcher starts **one process per device** with torchrun; nothing in
 the training script calls ``mp.spawn`` (chapter 5 shows what goes wrong then).
+The Slurm script was run under a real Slurm (``tests/test_slurm.py``, a
+two-node cluster on one machine); each of its fixes is for a failure seen there.
 This module does not import torch.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import yaml
 
-__all__ = ["ClusterConfig", "torchrun_commands", "torchrun_args", "slurm_script", "pytorchjob_manifest"]
+__all__ = ["ClusterConfig", "torchrun_commands", "torchrun_args", "slurm_script", "sbatch_test_only",
+           "this_environment", "pytorchjob_manifest"]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")       # a Kubernetes object name (RFC 1123 label)
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -43,14 +50,25 @@ class ClusterConfig:
     args: the program's own arguments.
     head: the rendezvous host (first node) for plain torchrun commands; Slurm
         and Kubernetes find it themselves.
-    port: the rendezvous / master TCP port on the head node.
+    port: the rendezvous / master TCP port on the head node (plain commands and
+        Kubernetes, where each pod has an address of its own). The Slurm script
+        takes a free port on the head per job instead: two jobs may share a head.
     rendezvous: ``"c10d"`` (any node may become GROUP_RANK 0; the same command
         on every node) or ``"static"`` (``--node-rank`` decides GROUP_RANK).
-    gpus_per_node: GPUs to request per node (0: a CPU job, gloo).
+    gpus_per_node: GPUs to request per node. Default 0: a CPU job (gloo), as in
+        this course; a request for GPUs on a cluster without them is refused.
+    cpus_per_node: CPUs to request per node; default ``nproc_per_node`` (one per
+        process, the least that runs). A request larger than the nodes have is
+        never scheduled: check with :func:`sbatch_test_only` first.
+    activate: the shell line that puts torch, torchrun and your code on the
+        PATH on every node of a Slurm job (``source ~/venvs/ddp/bin/activate``,
+        ``conda activate ddp``, ``module load pytorch``). Default: the
+        environment of the Python generating the script (:func:`this_environment`),
+        right where the nodes share this file system.
     """
 
     nnodes: int = 2
-    nproc_per_node: int = 4
+    nproc_per_node: int = 2
     module: str | None = "disttutor.programs.whoami"
     script: str | None = None
     args: tuple[str, ...] = ()
@@ -58,16 +76,19 @@ class ClusterConfig:
     head: str = "node0.example.com"
     port: int = 29500
     rendezvous: str = "c10d"
-    gpus_per_node: int = 4
-    cpus_per_node: int = 16
+    gpus_per_node: int = 0
+    cpus_per_node: int | None = None
     partition: str | None = None
     time_limit: str = "01:00:00"
     image: str = "pytorch/pytorch:latest"
     namespace: str = "default"
     max_restarts: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    activate: str | None = None
 
     def __post_init__(self):
+        if self.cpus_per_node is None:
+            object.__setattr__(self, "cpus_per_node", self.nproc_per_node)
         for name in ("nnodes", "nproc_per_node", "gpus_per_node", "cpus_per_node", "port", "max_restarts"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
@@ -78,6 +99,9 @@ class ClusterConfig:
             raise ValueError(f"nproc_per_node must be >= 1, got {self.nproc_per_node}")
         if self.gpus_per_node < 0 or self.cpus_per_node < 1 or self.max_restarts < 0:
             raise ValueError("gpus_per_node and max_restarts must be >= 0, cpus_per_node >= 1")
+        if self.cpus_per_node < self.nproc_per_node:
+            raise ValueError(f"cpus_per_node={self.cpus_per_node} < nproc_per_node={self.nproc_per_node}: every "
+                             "process needs at least one CPU")
         if self.gpus_per_node and self.nproc_per_node != self.gpus_per_node:
             raise ValueError(
                 f"nproc_per_node={self.nproc_per_node} but gpus_per_node={self.gpus_per_node}: start exactly one "
@@ -106,6 +130,9 @@ class ClusterConfig:
             raise ValueError(f"image must be a container image reference, got {self.image!r}")
         if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k) and isinstance(v, str) for k, v in self.env.items()):
             raise ValueError("env must map variable names to strings")
+        if self.activate is not None and (not self.activate.strip() or "\n" in self.activate):
+            raise ValueError(f"activate must be one shell line (e.g. 'source ~/venv/bin/activate'), "
+                             f"got {self.activate!r}")
 
     @property
     def world_size(self) -> int:
@@ -152,10 +179,37 @@ def torchrun_commands(cfg: ClusterConfig) -> list[str]:
     return [_env_prefix(cfg) + shlex.join(["torchrun", *torchrun_args(cfg, node)]) for node in range(cfg.nnodes)]
 
 
+def this_environment() -> str:
+    """The shell line that activates the environment of the running Python.
+
+    A venv: ``source <venv>/bin/activate``; a conda environment: conda's hook
+    and ``conda activate <prefix>``; otherwise the interpreter's directory
+    first on PATH. Right for a cluster whose nodes see this file system.
+    """
+    activate = os.path.join(sys.prefix, "bin", "activate")
+    if sys.prefix != sys.base_prefix and os.path.exists(activate):
+        return "source " + shlex.quote(activate)
+    if os.environ.get("CONDA_PREFIX") == sys.prefix:
+        return f'eval "$(conda shell.bash hook)" && conda activate {shlex.quote(sys.prefix)}'
+    return f'export PATH={shlex.quote(os.path.dirname(sys.executable))}:"$PATH"'
+
+
+# A free TCP port on this host, from the OS (the batch script runs on the head node).
+_FREE_PORT = "python3 -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
+
+
 def slurm_script(cfg: ClusterConfig) -> str:
-    """An ``sbatch`` script: one task (a torchrun agent) per node, c10d rendezvous on the first node."""
+    """An ``sbatch`` script: one task (a torchrun agent) per node, c10d rendezvous on the first node.
+
+    Each line is there for a failure seen under a real Slurm (``tests/test_slurm.py``):
+    the environment is activated (else ``execve(): torchrun: No such file``); the
+    head is reached at its NodeAddr (a node name need not resolve); the port is
+    the job's own (two jobs with one head joined one rendezvous on a fixed port);
+    ``--label`` and torchrun's prefix name the node and rank of every line;
+    ``--kill-on-bad-exit`` ends every node's agent when one fails.
+    """
     sb = [f"--job-name={cfg.job_name}", f"--nodes={cfg.nnodes}",
-          "--ntasks-per-node=1",  # one torchrun agent per node; *it* starts the per-GPU processes
+          "--ntasks-per-node=1",  # one torchrun agent per node; *it* starts the per-device processes
           f"--cpus-per-task={cfg.cpus_per_node}", f"--time={cfg.time_limit}", "--output=%x-%j.out"]
     if cfg.gpus_per_node:
         sb.append(f"--gpus-per-node={cfg.gpus_per_node}")
@@ -163,26 +217,59 @@ def slurm_script(cfg: ClusterConfig) -> str:
         sb.append(f"--partition={cfg.partition}")
     # c10d regardless of cfg.rendezvous: srun gives every node the same command line.
     c10d = ClusterConfig(**{**cfg.__dict__, "rendezvous": "c10d"})
-    targs = torchrun_args(c10d, endpoint=f"$head_node:{cfg.port}", rdzv_id="$SLURM_JOB_ID",
-                          nnodes="$SLURM_NNODES")
+    targs = torchrun_args(c10d, endpoint="$head_addr:$rdzv_port", rdzv_id="$SLURM_JOB_ID", nnodes="$SLURM_NNODES")
     options, target = targs[:-len(c10d.target())], c10d.target()
+    options.append("--tee=3")  # workers' stdout+stderr to the console, each line prefixed (template below)
     # One option per line (easy to edit), the program and its arguments on the last.
-    body = " \\\n    ".join(["srun torchrun"] + [_shell_word(a) for a in options] + [shlex.join(target)])
+    body = " \\\n    ".join(["srun --label --kill-on-bad-exit=1 torchrun"] + [_shell_word(a) for a in options]
+                             + [shlex.join(target)])
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(cfg.env.items()))
+    threads = max(1, cfg.cpus_per_node // cfg.nproc_per_node)
     return (
         "#!/bin/bash\n"
         f"# Generated by disttutor.multinode.cluster.slurm_script for {cfg.nnodes} node(s) x {cfg.nproc_per_node} "
-        f"process(es): edit partition, time and image/environment for your site.\n"
+        "process(es): edit partition, time and the activation line for your site.\n"
+        "# Check the request before queueing: sbatch --test-only THIS_FILE (queues nothing).\n"
         + "".join(f"#SBATCH {s}\n" for s in sb)
-        + "\nset -euo pipefail\n"
-        "# The first node of the allocation hosts the c10d rendezvous store. (sed, not `head -n 1`: head\n"
-        "# exits after one line, and under pipefail scontrol's SIGPIPE would end the job.)\n"
+        + "\nset -eo pipefail\n"
+        "# torch, torchrun and the program on every node: the job's steps inherit this environment.\n"
+        + (cfg.activate or this_environment()) + "\n"
+        "set -u  # after the activation: activation scripts may read unset variables\n"
+        "command -v torchrun >/dev/null || { echo \"torchrun not found: fix the activation line\" >&2; exit 2; }\n"
+        "# The head is the first node of the allocation; this script runs on it. Reach it at its NodeAddr: a\n"
+        "# node *name* need not resolve. (sed reads all of scontrol's output: under pipefail, `head -n 1`\n"
+        "# would end the job with scontrol's SIGPIPE.)\n"
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)\n'
-        f"export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-{max(1, cfg.cpus_per_node // cfg.nproc_per_node)}}}\n"
+        'head_addr=$(scontrol show node "$head_node" | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\')\n'
+        ': "${head_addr:?no NodeAddr for $head_node in scontrol show node}"\n'
+        "# A rendezvous port of this job's own, free on the head now: two jobs sharing a head must not\n"
+        "# meet at one fixed port (the second would join the first job's rendezvous).\n"
+        f"rdzv_port=$({_FREE_PORT})\n"
+        f"export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-{threads}}}\n"
+        "# Every line names its rank (torchrun's prefix); srun --label adds the node (task) index in front.\n"
+        "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]: '\n"
         + exports
-        + f'echo "job $SLURM_JOB_ID: $SLURM_NNODES nodes, rendezvous at $head_node:{cfg.port}"\n\n'
+        + 'echo "job $SLURM_JOB_ID: $SLURM_NNODES nodes ($SLURM_JOB_NODELIST), rendezvous at $head_addr:$rdzv_port"\n\n'
         + body + "\n"
     )
+
+
+def sbatch_test_only(script: str, env: dict[str, str] | None = None, timeout: float = 30) -> tuple[bool, str]:
+    """Ask Slurm whether it could run ``script`` (``sbatch --test-only``): (ok, what it said).
+
+    Nothing is queued. Run it where ``sbatch`` works (a login node); a request no
+    node can satisfy (too many CPUs, GPUs on a cluster without them) is refused here
+    instead of pending for ever.
+    """
+    try:
+        p = subprocess.run(["sbatch", "--test-only"], input=script, capture_output=True, text=True,
+                           timeout=timeout, env=env)
+    except FileNotFoundError:
+        return False, "sbatch not found: run this where Slurm's commands are (a login node)"
+    except subprocess.TimeoutExpired:
+        return False, f"sbatch --test-only did not answer in {timeout:g} s (is slurmctld up?)"
+    said = (p.stderr + p.stdout).strip().splitlines()
+    return p.returncode == 0, (said[-1] if said else f"exit code {p.returncode}")
 
 
 def _shell_word(arg: str) -> str:

@@ -63,8 +63,13 @@ def run(cfg: WhoamiConfig) -> None:
         # Gather (GROUP_RANK, LOCAL_RANK) of everyone: a rank can check the layout itself.
         layout: list = [None] * ctx.world_size
         dist.all_gather_object(layout, (group_rank, ctx.local_rank))
+        # One line per rank: in a cluster job's output file, where nothing else shows who is who.
+        runtime.rank_print(f"RANK {ctx.rank} = GROUP_RANK {group_rank} x {ident['LOCAL_WORLD_SIZE']} + LOCAL_RANK "
+                           f"{ctx.local_rank}; ranks per node {per_node.tolist()}, sum of ranks {rank_sum[0].item()}")
+        # Under Slurm: the node this rank's task runs on (the rendezvous, not Slurm, picks GROUP_RANK).
         runtime.report(env=ident, ranks_per_node=per_node.tolist(), rank_sum=rank_sum[0].item(),
-                       layout=layout, agent_pid=os.getppid(), host=socket.gethostname())
+                       layout=layout, agent_pid=os.getppid(), host=socket.gethostname(),
+                       slurm_node=os.environ.get("SLURMD_NODENAME"))
 
 
 main = cli(WhoamiConfig, run)  # the command line is derived from WhoamiConfig's fields
