@@ -281,7 +281,7 @@ print(f"gradient all-reduce: {n_params / 1e6:.2f} M parameters = {4 * n_params /
 print("share of the profiled window, min-max over ranks: " + ", ".join(
     f"{p} {min(v):.1f}-{max(v):.1f}%" for p, v in shares.items()))
 
-#
+# %% [markdown]
 # ## 3. Fault tolerance: kill a rank, restart, resume exactly
 #
 # `disttutor/lm/checkpoint.py` saves everything the next step depends on: weights and AdamW's moments
