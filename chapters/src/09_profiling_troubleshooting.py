@@ -294,8 +294,8 @@ check_accumulation(accumulate_step)
 # `train_epochs(ddp_model, optimizer, dataset, epochs, batch_size)` trains on this rank's share of the
 # dataset and returns a log with one entry per step: the mean loss over **all** ranks' samples of that
 # step. See the entries [`set_epoch`](#set_epoch) and [a rank-local loss](#rank_local_loss). Careful with
-# the log: a collective that only rank 0 calls (`if rank == 0: dist.all_reduce(...)`) waits forever for
-# the other ranks.
+# the log: a collective that only rank 0 calls (`if rank == 0: dist.all_reduce(...)`) waits for the
+# other ranks until the group's timeout ends it (the entry [a skipped collective](#skipped_collective)).
 
 # %%
 def train_epochs(ddp_model, optimizer, dataset, epochs, batch_size):
