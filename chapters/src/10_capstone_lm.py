@@ -276,7 +276,8 @@ print("per rank: communication + data + compute + other = the profiled window; e
 n_params = sum(p.numel() for p in lm.TinyLM(tok.vocab_size).parameters())
 shares = {p: [100 * s[p + "_share"] for s in prof.values()] for p in ("compute", "communication", "data")}
 print(f"{train_run.world_size} ranks (OMP_NUM_THREADS=1 each: disttutor.launch's default) on {n_cores} usable CPU cores"
-      + (": the ranks time-share the cores" if n_cores < train_run.world_size else ": a core for every rank"))
+      + (": the ranks time-share the cores" if n_cores < train_run.world_size else ": a core for every rank")
+      + f" (load average {os.getloadavg()[0]:.1f}: other work shares them too when it exceeds {n_cores})")
 print(f"gradient all-reduce: {n_params / 1e6:.2f} M parameters = {4 * n_params / 2**20:.2f} MiB of fp32 per step")
 print("share of the profiled window, min-max over ranks: " + ", ".join(
     f"{p} {min(v):.1f}-{max(v):.1f}%" for p, v in shares.items()))
