@@ -314,9 +314,9 @@ for k, order in enumerate(measured_orders(run_1f1b)):
 assert same
 
 # %% [markdown]
-# Now the timings, beside the theory. **Be careful reading them on a laptop-sized machine:** this
-# when a machine has fewer cores than ranks (the cell below prints how many this run had), the 4
-# ranks *time-share* them. When two ranks then compute at
+# Now the timings, beside the theory. **Be careful reading them on a laptop-sized machine:** when
+# a machine has fewer cores than ranks (the cell below prints how many this run had), the 4 ranks
+# *time-share* them. When two ranks then compute at
 # once they each run at roughly half speed, and a rank that is "idle" in the drawing frees a core for
 # the others. Communication (gloo over loopback TCP) and Python overhead also show up as idle time
 # here, and on a busy machine a rank can also wait for
