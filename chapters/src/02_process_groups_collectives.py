@@ -476,7 +476,8 @@ small, large = SIZES[0], SIZES[-1]
 share = {size: [alpha_share(m, size) for m in models.values()] for size in (small, large)}
 for size, name in ((small, "smallest"), (large, "largest")):
     lat_bound = sum(a > 0.5 for a in share[size])
-    print(f"at the {name} size ({size >> 10} KB) the fitted latency alpha is {min(share[size]):.0%}-"
+    size_text = f"{size >> 10} KB" if size < 1 << 20 else f"{size >> 20} MB"
+    print(f"at the {name} size ({size_text}) the fitted latency alpha is {min(share[size]):.0%}-"
           f"{max(share[size]):.0%} of the time: {lat_bound} of {len(share[size])} fits latency-bound (alpha > half)")
 bw = {(r["algo"], r["nproc"], r["bytes"]): r["busbw"] for r in data}
 assert len(data) == 3 * 2 * 3 and all(r["time_s"] > 0 for r in data)
