@@ -138,6 +138,9 @@ def test_ddp_tuning_matches_reference_and_measures(no_leftovers):
         assert off["held_bytes"] - on["held_bytes"] == on["grad_bytes"]  # one copy of the gradients saved
         with_sg = next(v for v in rep["static_graph"] if v["flag"])
         assert with_sg["max_err"] < 1e-5, with_sg  # static_graph: the single-process gradients
+        # the chapter states which warnings the steps raised: every run records them (a list, maybe empty)
+        assert all(isinstance(v["warnings"], list) for v in rep["static_graph"]), rep["static_graph"]
+        assert rep["device"] == res.ranks[0].info["device"]  # the chapter's explanation depends on it
 
 
 @pytest.mark.slow

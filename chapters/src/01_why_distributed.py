@@ -180,8 +180,9 @@ assert 0.5 < ratio < 2.0
 # %% [markdown]
 # PyTorch eager mode saves somewhat *more* than the estimate (the printed ratio), because it keeps
 # a few extra tensors the estimate does not count. Good enough to size a job — and a reminder that
-# an activation estimate is only ever an estimate; measure your own model (chapter 9 shows
-# `torch.cuda.memory_summary` and the profiler).
+# an activation estimate is only ever an estimate; measure your own model (chapter 9 profiles every
+# rank with `profile_memory=True` and prints the peak memory each rank's profiler saw; on a GPU,
+# `torch.cuda.memory_summary()` gives the CUDA allocator's account).
 #
 # ## 2. The memory calculator
 #
@@ -462,13 +463,13 @@ assert table[1]["ranks holding each layer"] == [1] and table[1]["ranks processin
 #
 # | challenge (article) | what it means, concretely | seen in this chapter | handled in |
 # |---|---|---|---|
-# | **communication overhead** | gradients (DP), activations (tensor, pipeline) cross the network every step; a device waiting for data does no work | the all-reduce in 3.1/3.2, the sends in 3.3/3.4 | [02 process groups & collectives](02_process_groups_collectives.ipynb) (what a collective costs), [04 DDP](04_ddp.ipynb) (bucketing, overlap with backward); coming chapter 8 (communication optimisation, compression, accumulation) |
+# | **communication overhead** | gradients (DP), activations (tensor, pipeline) cross the network every step; a device waiting for data does no work | the all-reduce in 3.1/3.2, the sends in 3.3/3.4 | [02 process groups & collectives](02_process_groups_collectives.ipynb) (what a collective costs), [04 DDP](04_ddp.ipynb) (bucketing, overlap with backward); [08 performance](08_performance.ipynb) (mixed precision, gradient accumulation, compression hooks, data loading) |
 # | **load balance** | the slowest device sets the pace: unequal stages, unequal data shards, a pipeline's bubble | unbalanced `params_held` in 3.3, the bubble in 3.4 | [04 DDP](04_ddp.ipynb) (equal shards with `DistributedSampler`), [07 pipeline parallel](07_pipeline_parallel.ipynb) (the bubble measured; GPipe vs 1F1B schedules) |
-# | **fault tolerance** | one dead or stuck process stalls every other one at the next collective | — | [00 setup](00_setup.ipynb) (timeouts instead of hangs), [05 multi-node](05_multi_node.ipynb) (torchrun's rendezvous: who joins, who gets which rank); coming chapter 9 (common problems) and chapter 10 (fault tolerance: checkpoint and resume) |
-# | **implementation complexity** | every strategy above changes the training code | four modes of one program | [04 DDP](04_ddp.ipynb), [06 model parallel / RPC](06_model_parallel_rpc.ipynb), [07 pipeline](07_pipeline_parallel.ipynb); coming chapter 10 (language-model case study) and chapter 11 (FSDP, outlook) |
+# | **fault tolerance** | one dead or stuck process stalls every other one at the next collective | — | [00 setup](00_setup.ipynb) (timeouts instead of hangs), [05 multi-node](05_multi_node.ipynb) (torchrun's rendezvous: who joins, who gets which rank); [09 troubleshooting](09_profiling_troubleshooting.ipynb) (common problems, one rank each) and [10 capstone](10_capstone_lm.ipynb) (fault tolerance: kill a rank, checkpoint and resume) |
+# | **implementation complexity** | every strategy above changes the training code | four modes of one program | [04 DDP](04_ddp.ipynb), [06 model parallel / RPC](06_model_parallel_rpc.ipynb), [07 pipeline](07_pipeline_parallel.ipynb); [10 capstone](10_capstone_lm.ipynb) (language-model case study) and [11 beyond DDP](11_beyond_ddp.ipynb) (ZeRO/FSDP, tensor parallelism, outlook) |
 #
 # A challenge the article does not list, and the first section of this chapter is about: **memory**.
-# Data parallelism alone does not help with it; sharding (ZeRO/FSDP, coming chapter 11) and model
+# Data parallelism alone does not help with it; sharding (ZeRO/FSDP, [chapter 11](11_beyond_ddp.ipynb)) and model
 # splitting (chapters 6–7) do.
 #
 # ## Summary

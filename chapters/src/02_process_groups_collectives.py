@@ -464,16 +464,30 @@ SIZES = (64 << 10, 1 << 20, 16 << 20)
 data = sweep(("builtin", "naive", "ring"), nprocs=(2, 4), sizes=SIZES, iters=5, stream=False)
 fig = plot_sweep(data, title=f"2 and 4 ranks on {os.cpu_count()} CPU cores (measured now)")
 plt.show()
-for (algo, n), m in fits(data).items():
+def alpha_share(m, nbytes):  # the part of the fitted time t = alpha + beta*N that is per-call latency
+    return m.alpha / (m.alpha + m.beta * nbytes) if m.alpha + m.beta * nbytes > 0 else 0.0
+
+
+models = fits(data)
+for (algo, n), m in models.items():
     bw_text = f"1/beta = {m.bandwidth / 1e9:6.3f} GB/s" if m.beta > 0 else "beta ~ 0: times did not grow with size (noise)"
     print(f"{algo:>7} on {n} ranks: alpha = {m.alpha * 1e6:7.1f} us, {bw_text}")
+small, large = SIZES[0], SIZES[-1]
+share = {size: [alpha_share(m, size) for m in models.values()] for size in (small, large)}
+for size, name in ((small, "smallest"), (large, "largest")):
+    lat_bound = sum(a > 0.5 for a in share[size])
+    size_text = f"{size >> 10} KB" if size < 1 << 20 else f"{size >> 20} MB"
+    print(f"at the {name} size ({size_text}) the fitted latency alpha is {min(share[size]):.0%}-"
+          f"{max(share[size]):.0%} of the time: {lat_bound} of {len(share[size])} fits latency-bound (alpha > half)")
 bw = {(r["algo"], r["nproc"], r["bytes"]): r["busbw"] for r in data}
 assert len(data) == 3 * 2 * 3 and all(r["time_s"] > 0 for r in data)
 assert bw[("builtin", 2, 16 << 20)] > bw[("builtin", 2, 64 << 10)], "big messages use the link better than small ones"
 
 # %% [markdown]
-# What to look for: at a few KB every algorithm is latency-bound (flat times, α); at a MB the
-# per-byte cost dominates. On a busy machine the points scatter — a call lasts as long as its
+# What to look for: the last two lines split each fitted time into latency α and the per-byte
+# part β·N, at the smallest and the largest size this sweep measured. The smaller the message, the
+# larger α's share (to see the latency-bound end, rerun `sweep` with smaller sizes, e.g.
+# `sizes=(1 << 10, 4 << 10, 64 << 10)`). On a busy machine the points scatter — a call lasts as long as its
 # slowest rank, and a rank that loses its CPU core for a moment delays everybody; the fit then says
 # so (`beta ~ 0`). Rerun, or raise `iters`, to see how much of the picture is noise. Why are the three so close on 2 ranks? The cost model of the table in section 4,
 # evaluated (bytes the busiest rank sends, in units of the tensor size `N`):

@@ -202,8 +202,9 @@ else:
 # S is the size of the gradients (= the parameters). Each byte is counted from the size of a
 # tensor handed to a real gloo send/recv/scatter/gather, and compared with the formula in
 # `dp.expected_bytes`. What this measures: bytes and *CPU-process* timings. The byte counts are
-# the same on GPUs; the times are not (GPU links are much faster, and these CPU ranks share two
-# cores with other jobs).
+# the same on GPUs; the times are not (GPU links are much faster, and these CPU ranks share the
+# cores of one machine, with each other and with whatever else runs on it: the timings below say
+# how many cores and how busy).
 
 # %%
 from disttutor.viz.data_parallel import plot_traffic, traffic_rows
@@ -310,10 +311,15 @@ for n, res in runs.items():  # DP: rank 0 computes the full-batch loss; DDP: the
 print("every pattern, every N: the same losses (to 1e-5)")
 
 # %% [markdown]
-# Timings, for the record (milliseconds per step on rank 0; these are CPU processes sharing two
-# cores with other jobs, so expect noise, and expect GPUs to be very different):
+# Timings, for the record (milliseconds per step on rank 0; CPU processes, so expect noise when
+# there are more ranks than cores or the machine is busy, and expect GPUs to be very different):
 
 # %%
+import os
+
+n_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+print(f"{max(runs)} ranks on {n_cores} usable CPU cores, load average {os.getloadavg()[0]:.1f}"
+      + (": the ranks time-share the cores" if n_cores < max(runs) else ""))
 print(format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in dp.PATTERNS}}
                     for n, res in runs.items()]))
 

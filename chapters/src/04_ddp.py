@@ -554,7 +554,8 @@ for n, r in ratios.items():
     b = r["bucketed"]
     verdict = ("within 25 % of torch's DDP" if b <= 1.25 else f"{b:.1f}x torch's DDP time: the Python implementation's cost")
     print(f"{n} ranks: from-scratch bucketed = {verdict}; naive = {r['naive']:.2f}x torch")
-#
+
+# %% [markdown]
 # ## 8. DDP's pros and cons (article §5.4), revisited
 #
 # * **Pros.** One process per device: no master bottleneck, no GIL contention, no scatter/gather of the

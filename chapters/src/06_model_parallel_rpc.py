@@ -393,8 +393,8 @@ assert all(checks.values())
 # | you need | use | chapter |
 # |---|---|---|
 # | a model deeper than one device holds, with devices kept busy | `torch.distributed.pipelining` (micro-batch schedules: GPipe, 1F1B) | 7 |
-# | a model whose *parameters/optimizer state* do not fit, with data parallel speed | FSDP2 (`fully_shard`) | later |
-# | single layers too large for one device (huge matmuls) | tensor parallelism on `DTensor` (`torch.distributed.tensor.parallel`) | later |
+# | a model whose *parameters/optimizer state* do not fit, with data parallel speed | FSDP2 (`fully_shard`) | [11](11_beyond_ddp.ipynb) |
+# | single layers too large for one device (huge matmuls) | tensor parallelism on `DTensor` (`torch.distributed.tensor.parallel`) | [11](11_beyond_ddp.ipynb) |
 # | a few layers on a few local GPUs, quick experiment | plain model parallelism: `.to("cuda:1")` between layers in one process, or section 1's p2p | 6 |
 #
 # RPC remains a reasonable tool for what the others do not cover: irregular, asymmetric programs

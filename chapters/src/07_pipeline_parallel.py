@@ -314,9 +314,9 @@ for k, order in enumerate(measured_orders(run_1f1b)):
 assert same
 
 # %% [markdown]
-# Now the timings, beside the theory. **Be careful reading them on a laptop-sized machine:** this
-# machine with fewer cores than ranks (the cell below prints how many this run had), the 4 ranks
-# *time-share* them. When two ranks compute at
+# Now the timings, beside the theory. **Be careful reading them on a laptop-sized machine:** when
+# a machine has fewer cores than ranks (the cell below prints how many this run had), the 4 ranks
+# *time-share* them. When two ranks then compute at
 # once they each run at roughly half speed, and a rank that is "idle" in the drawing frees a core for
 # the others. Communication (gloo over loopback TCP) and Python overhead also show up as idle time
 # here, and on a busy machine a rank can also wait for
@@ -448,8 +448,8 @@ frac = [r["compute_fraction"] for r in sweep]
 print(f"- between two slots a rank spends {gap:.1f} ms on average ({min(cpu_gap, gap):.1f} ms of it CPU work), "
       f"against {fwd:.1f} ms per forward and {bwd:.1f} ms per backward;")
 print(f"- so at this width {'most' if min(frac) > 0.5 else 'not most'} of a rank's working time is computation "
-      f"(compute fraction {min(frac):.2f}-{max(frac):.2f}); benchmarks/bench_pipeline.py's 1024-wide layers "
-      "make it about 0.9;")
+      f"(compute fraction {min(frac):.2f}-{max(frac):.2f}; run benchmarks/bench_pipeline.py to measure it "
+      "with wider, compute-bound layers);")
 print(f"- the formula misses by {min(r['measured'] - r['theory'] for r in sweep):+.2f} to "
       f"{max(r['measured'] - r['theory'] for r in sweep):+.2f}; theory + measured overhead misses by at most "
       f"{100 * worst:.1f} % of the measured bubble "

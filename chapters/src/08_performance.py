@@ -16,10 +16,12 @@ import disttutor.course.chapters
 disttutor.course.chapters.header(8)
 
 # %%
+import math
 import os
 
 import matplotlib.pyplot as plt
 import torch
+import torch.distributed as dist
 
 import disttutor
 from disttutor.data_parallel import perf
@@ -51,13 +53,22 @@ prec = perf.precision(torch.device("cuda" if torch.cuda.is_available() else "cpu
 print(f"autocast dtype: {prec.name}, GradScaler needed: {prec.scaler}")
 
 # %% [markdown]
-# **Why fp16 needs loss scaling.** fp16 has 5 exponent bits: anything below about 6e-8 becomes
-# **zero**. Small gradients do that. The scaler multiplies the loss (hence every gradient) by
-# `2**16` before backward, and divides again — in fp32 — before the step. bf16 has fp32's 8
-# exponent bits: the same range, fewer mantissa bits (less precision), and no underflow here.
+# **Why fp16 needs loss scaling.** fp16 has 5 exponent bits and 10 fraction bits: its smallest
+# positive number is a subnormal, and round-to-nearest sends anything up to half of it to
+# **zero** (the cell computes both). Small gradients do that. The scaler multiplies the loss
+# (hence every gradient) by `2**16` before backward, and divides again — in fp32 — before the
+# step. bf16 has fp32's 8 exponent bits: the same range, fewer fraction bits (7 against fp32's 23:
+# less precision), and no underflow here.
 
 # %%
 # (Not a checked cell: the digits below are exact IEEE conversions, but the asserts are what check them.)
+fi16 = torch.finfo(torch.float16)
+sub = fi16.smallest_normal * fi16.eps  # 2**-14 * 2**-10 = 2**-24: fp16's smallest subnormal
+print(f"fp16's smallest positive value: 2**{math.log2(sub):.0f} = {sub:.3g}; at or below half of it "
+      f"(2**{math.log2(sub / 2):.0f} = {sub / 2:.3g}) a value rounds to zero")
+assert torch.tensor(sub).half().item() == sub                     # representable
+assert torch.tensor(sub / 2).half().item() == 0.0                 # the tie rounds to even: zero
+assert torch.tensor(sub / 2 * 1.01).half().item() == sub          # just above half: rounds up to it
 g = torch.tensor(1e-8)  # a realistic tiny gradient entry
 print("fp16 of 1e-8:             ", g.half().item())
 print("fp16 of 1e-8 * 2**16:     ", (g * 2**16).half().item())
@@ -100,8 +111,8 @@ viz.plot_losses({"fp32": a["loss_fp32"], f"{a['autocast_dtype']} autocast": a["l
 plt.show()
 
 # %% [markdown]
-# The curves lie on top of each other: bf16 rounds every matmul input to 8 mantissa bits (~0.4 %
-# relative), which moves the loss in its third or fourth digit, not its course. The parameters
+# The curves lie on top of each other: bf16 rounds every matmul input to 7 fraction bits (8
+# significant bits with the implicit leading one: up to 2**-8 ≈ 0.4 % relative), which moves the loss in its third or fourth digit, not its course. The parameters
 # are *not* bit-identical — the rounding is real. Both facts, checked:
 
 # %%
@@ -243,11 +254,21 @@ print(check_no_sync(NoSyncDDP))
 # `disttutor/programs/comm_hooks.py` trains the same model 30 steps with each hook on 2 ranks and
 # counts the bytes every hook hands to `dist.all_reduce` (bf16 is fp16's sibling; PowerSGD sends a
 # rank-1 approximation of each gradient matrix, with error feedback; your own hook joins the
-# comparison in Exercise 8.2). One surprise: torch **refuses** the bf16 hook unless the backend is
-# NCCL 2.10+; where it refuses, its row says so instead of a number.
+# comparison in Exercise 8.2). One surprise: `DDP.register_comm_hook` **refuses** the bf16 hook
+# unless the *torch build* supports it — a CUDA (or ROCm) build whose NCCL is 2.10 or newer, or an
+# XPU build with XCCL and an XPU present (`DistributedDataParallel._check_comm_hook` in
+# `torch/nn/parallel/distributed.py`, which recognises the hook by its function name). It checks the
+# build, not the process group's backend: a CPU-only build refuses it even for a gloo group, a CUDA
+# build accepts it whatever the backend. Where it refuses, its row says so instead of a number.
 
 # %%
 hooks = disttutor.launch("comm_hooks", nproc=2, **LAUNCH)
+# torch's own test, evaluated here (the kernel runs the same torch build as the ranks)
+bf16_hook_ok = ((torch.version.cuda is not None or torch.version.hip is not None)
+                and dist.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10)) or \
+               (dist.is_xccl_available() and torch.xpu.is_available())
+print(f"this build: CUDA {torch.version.cuda}, NCCL {'yes' if dist.is_nccl_available() else 'no'}, "
+      f"XPU {'yes' if torch.xpu.is_available() else 'no'} -> bf16 hook {'accepted' if bf16_hook_ok else 'refused'}")
 allrows = {r["hook"]: r for r in hooks.results[0]["rows"]}
 for h, r in allrows.items():
     if "refused" in r:
@@ -261,8 +282,7 @@ for r in hrows.values():
 # %% tags=["nbval-check-output"]
 print("gradient bytes (fp32):", base["grad_bytes"], "| fp32 hook sends:", int(base["bytes_per_step"]))
 assert base["bytes_per_step"] == base["grad_bytes"]                       # fp32: every gradient byte, once
-if hooks.results[0]["backend"] == "gloo":
-    assert "refused" in allrows["bf16"]                                    # bf16 hook: NCCL only
+assert ("refused" in allrows["bf16"]) == (not bf16_hook_ok)               # bf16 hook: the build decides
 for h in ("fp16", "bf16"):
     if h in hrows:
         assert hrows[h]["bytes_per_step"] == base["grad_bytes"] / 2, h     # 2-byte floats: exactly half
@@ -352,9 +372,11 @@ if best["hidden_ms"] > 0:
           f"all-reduces behind the backward (bucket_cap_mb={best['cap_mb']:g}).")
 else:
     print(f"On your machine no bucket size hid communication: the backward under DDP took longer than "
-          f"backward alone + all-reduces alone for every size (best {best['hidden_ms']:+.1f} ms). With "
-          f"{t['backend']} on CPU the all-reduce's reductions and copies need CPU time too: they competed with "
-          f"the backward for {os.cpu_count()} cores instead of running beside it.")
+          f"backward alone + all-reduces alone for every size (best {best['hidden_ms']:+.1f} ms)."
+          + (f" With {t['backend']} on {t['device']} the all-reduce's reductions and copies need CPU time too: "
+             f"they competed with the backward for {os.cpu_count()} cores instead of running beside it."
+             if t["device"].startswith("cpu") else
+             f" ({t['backend']} on {t['device']}: chapter 9's profiler shows what the all-reduces waited on.)"))
 print(f"one all-reduce of the whole {t['grad_mb']:.1f} MiB gradient took {one['comm_ms']:.1f} ms here; "
       f"no_sync at k=4 would save {3 * one['comm_ms']:.0f} ms per optimiser step on a model this size.")
 
@@ -393,7 +415,12 @@ for f, v in sg.items():
 assert sg[True].get("max_err", 1) < 1e-5   # with static_graph: the single-process gradients
 wrong = sg[False].get("max_err", 0) > 1e-3
 print("without static_graph:", "DDP refused the model" if "error" in sg[False] else
-      "the gradients are WRONG and nothing warns" if wrong else "torch handled it here")
+      "the gradients are WRONG" if wrong else "torch handled it here")
+
+# %%
+# Every warning rank 0's steps raised was recorded (warnings.catch_warnings in the program):
+for f, v in sg.items():
+    print(f"static_graph={f!s:5}: warnings raised during its steps:", "; ".join(v["warnings"]) or "none")
 
 # %% [markdown]
 # ## 4. Data loading (article §8.4)

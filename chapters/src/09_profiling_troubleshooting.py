@@ -99,15 +99,23 @@ display(Markdown("\n\n".join(entry(m, repros.get(m.key)) for m in troubleshoot.M
 # Three things the reproductions show that are easy to get wrong:
 #
 # * A **mismatched** collective (all-reduce on one rank, broadcast on the other) and a **rank-dependent
-#   shape** do not always fail: depending on who waits for whom, one rank times out while another
-#   *finishes with a wrong answer*. `TORCH_DISTRIBUTED_DEBUG=DETAIL` turns both into an immediate
-#   error that names the operation and shapes of each rank.
+#   shape** need not fail on every rank alike: depending on who waits for whom, a rank can time out,
+#   or return with a wrong answer and no error. What each rank did in this run is printed below.
+#   `TORCH_DISTRIBUTED_DEBUG=DETAIL` turns both into an immediate error that names the operation and
+#   shapes of each rank.
 # * A **skipped** collective and **uneven inputs** show only a timeout on the rank that waited; the
 #   rank that caused it looks fine. The next section finds it.
 # * `different_seeds`, `no_sampler`, `rank_local_loss`, `sampler_padding`, `set_epoch` and
 #   `accumulation_without_no_sync` raise **no error at all**: the training runs and is wrong or slow.
 
 # %%
+for key in ("mismatched_collective", "rank_dependent_shape"):  # every rank's own outcome, not just one
+    seen = {r.rank: r.results.get("modes", {}).get(key, {}).get("symptom", "(no report)") for r in res.ranks}
+    timed_out = [k for k, v in seen.items() if "Timed out" in v]
+    for k, v in seen.items():
+        print(f"{key}, rank {k}: {v[:110]}")
+    print(f"  -> {len(timed_out)} of {len(seen)} ranks timed out"
+          + (f"; rank(s) {[k for k in seen if k not in timed_out]} returned without an error" if len(timed_out) < len(seen) else ""))
 print(repros["mismatched_collective"].detail)
 assert "OpType=BROADCAST" in repros["mismatched_collective"].detail
 assert "Tensor shapes" in repros["rank_dependent_shape"].detail
@@ -183,13 +191,15 @@ assert tot[0]["backward"] > tot[1]["backward"]                # the fast rank wa
 
 # %% [markdown]
 # **TensorBoard.** The article exports with `torch.profiler.tensorboard_trace_handler('./log')` for
-# TensorBoard's profiler plugin, `torch-tb-profiler`. That plugin is **deprecated**:
+# TensorBoard's profiler plugin, `torch-tb-profiler`. That plugin is gone (*reported*, from the
+# projects' own threads):
 #
-# * PyTorch's tutorial *PyTorch Profiler With TensorBoard* now opens with "The TensorBoard integration
-#   with the PyTorch profiler is now deprecated. Instead, use Perfetto or the Chrome trace to view
-#   `trace.json` files" (added in pytorch/tutorials#3128, October 2024); a kineto maintainer dates the
-#   deprecation to 23 August 2023 (pytorch/kineto#1009); kineto#1254 (February 2026) made the plugin
-#   warn that it is "scheduled for removal on 03/05/2026" (RFC: pytorch/kineto#1248).
+# * a kineto maintainer dates its deprecation to 23 August 2023 (pytorch/kineto#1009); PyTorch's
+#   tutorial *PyTorch Profiler With TensorBoard* then carried a deprecation notice pointing to Perfetto
+#   or the Chrome trace (pytorch/tutorials#3128, October 2024), and in April 2026 the tutorial itself was
+#   **removed** (pytorch/tutorials#3813, "Remove deprecated TensorBoard profiler tutorial"), as a step of
+#   pytorch/kineto#1340, which tracks removing the plugin from the kineto repository (RFC:
+#   pytorch/kineto#1248).
 # * Its last release on PyPI is **0.4.3** (`pip index versions torch-tb-profiler`: 0.4.3, 0.4.1, 0.4.0,
 #   0.3.1, ...); the files in that wheel are dated 2023-10-06; it needs `pandas` and `tensorboard`. The
 #   course does not install it.
@@ -206,19 +216,20 @@ assert callable(torch.profiler.tensorboard_trace_handler)
 
 # %% [markdown]
 # **Holistic Trace Analysis** (HTA, `pip install HolisticTraceAnalysis`; the kineto project names it the
-# plugin's successor) reads these traces, but its analyses are made for GPU kernels. Tried on this
-# chapter's 2-rank gloo traces with HTA 0.5.0 and torch 2.13 (CPU): `TraceAnalysis(trace_dir=...)` parses
-# both ranks into DataFrames; `get_temporal_breakdown()` raised `IndexError: single positional indexer is
-# out-of-bounds`, `get_idle_time_breakdown()` raised `ValueError: No objects to concatenate`,
-# `get_potential_stragglers()` raised `ValueError: attempt to get argmax of an empty sequence`,
-# `get_comm_comp_overlap()` returned NaN for both ranks and `get_gpu_kernel_breakdown()` two empty
-# tables. So on CPU it saves no parsing (`disttutor/troubleshoot/traces.py` reads the JSON in a few lines) and the
-# course does not depend on it; on a GPU job with NCCL its breakdowns are the tool to reach for. Where HTA
-# is installed, this cell runs the same calls on the traces above:
+# plugin's successor) reads these traces, but its analyses are made for GPU kernels and NCCL
+# collectives. The course does not depend on it (`disttutor/troubleshoot/traces.py` reads the JSON in a
+# few lines). Where HTA is installed, this cell runs its analyses on the traces above and prints what
+# each returned or raised; where it is not, it says so:
 
 # %%
 probe = traces.hta_probe(prof_dir)
-print("HTA is not installed here: nothing to run." if probe is None else "\n".join(probe))
+if probe is None:
+    print("HTA is not installed here: its analyses were not run (pip install HolisticTraceAnalysis, then rerun).")
+else:
+    print("\n".join(probe))
+    raised = [line.split(":")[0] for line in probe[1:] if ": raised " in line]
+    print(f"-> {len(raised)} of {len(probe) - 1} HTA analyses raised on these CPU traces"
+          + (f" ({', '.join(raised)})" if raised else ""))
 
 # %% [markdown]
 # ### Exercise 9.1 — find the straggler
@@ -283,8 +294,8 @@ check_accumulation(accumulate_step)
 # `train_epochs(ddp_model, optimizer, dataset, epochs, batch_size)` trains on this rank's share of the
 # dataset and returns a log with one entry per step: the mean loss over **all** ranks' samples of that
 # step. See the entries [`set_epoch`](#set_epoch) and [a rank-local loss](#rank_local_loss). Careful with
-# the log: a collective that only rank 0 calls (`if rank == 0: dist.all_reduce(...)`) waits forever for
-# the other ranks.
+# the log: a collective that only rank 0 calls (`if rank == 0: dist.all_reduce(...)`) waits for the
+# other ranks until the group's timeout ends it (the entry [a skipped collective](#skipped_collective)).
 
 # %%
 def train_epochs(ddp_model, optimizer, dataset, epochs, batch_size):

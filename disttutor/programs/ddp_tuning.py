@@ -21,6 +21,7 @@ One launch, three measurements, each checked against a single-process reference:
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -158,15 +159,24 @@ def static_graph(flag: bool, ctx, steps: int = 3) -> dict:
     ref(xg.requires_grad_()).mean().backward()
     ddp = DDP(TwiceCheckpointed().to(ctx.device), static_graph=flag)
     x = xg.detach().chunk(ctx.world_size)[ctx.rank]
-    try:
-        for _ in range(steps):  # static_graph learns the graph in step 1: check a later step
-            ddp.zero_grad()
-            ddp(x.clone().requires_grad_()).mean().backward()
-    except RuntimeError as e:
-        # DDP raises on every rank alike (same model, same graph), so no rank is left waiting.
-        return dict(flag=flag, error=str(e).split("\n")[0][:200])
-    return dict(flag=flag, max_err=max(
+    # Record every warning the steps raise (torch's C++ TORCH_WARN arrives as a Python warning too),
+    # so the chapter states what was seen rather than assuming "nothing warns".
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            for _ in range(steps):  # static_graph learns the graph in step 1: check a later step
+                ddp.zero_grad()
+                ddp(x.clone().requires_grad_()).mean().backward()
+        except RuntimeError as e:
+            # DDP raises on every rank alike (same model, same graph), so no rank is left waiting.
+            return dict(flag=flag, error=str(e).split("\n")[0][:200], warnings=_firsts(seen))
+    return dict(flag=flag, warnings=_firsts(seen), max_err=max(
         (p.grad - q.grad).abs().max().item() for p, q in zip(ddp.module.parameters(), ref.parameters())))
+
+
+def _firsts(seen) -> list[str]:
+    """Each distinct warning once: its category and the first line of its message."""
+    return sorted({f"{w.category.__name__}: {str(w.message).splitlines()[0][:160]}" for w in seen})
 
 
 def run(cfg: TuningConfig) -> None:
@@ -188,7 +198,7 @@ def run(cfg: TuningConfig) -> None:
         for flag in (True, False):
             statics.append(static_graph(flag, ctx))
             runtime.progress(total - 2 + len(statics), total, desc="ddp tuning")
-        runtime.report(rows=rows, bucket_view=views, static_graph=statics, backend=ctx.backend,
+        runtime.report(rows=rows, bucket_view=views, static_graph=statics, backend=ctx.backend, device=str(ctx.device),
                        grad_mb=sum(p.numel() * 4 for p in mlp(cfg).parameters()) / 2**20)
 
 

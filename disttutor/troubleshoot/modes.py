@@ -76,13 +76,17 @@ MODES: tuple[FailureMode, ...] = (
       "drop_last=True when losing a few samples is fine"),
     F("unused_parameters", "Unused parameters under DDP", "group",
       r"Expected to have finished reduction in the prior iteration",
-      "a parameter got no gradient (an unused head, a branch not taken): DDP waits for it forever",
+      "a parameter got no gradient (an unused head, a branch not taken): DDP's reducer never finishes "
+      "that bucket's reduction, and the next iteration's forward raises the error above",
       "the error text; TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL (set before init) names the parameters",
       "find_unused_parameters=True (costs a graph walk per step), or remove the parameter"),
     F("different_models", "Ranks build different models", "group",
       r"appears not to match sizes|Timed out waiting|DDP expects same model",
-      "a rank-local config or code path builds another architecture", "DDP checks shapes at construction: "
-      "the rank named in the error is the odd one", "build the model from the same code and config everywhere"),
+      "a rank-local config or code path builds another architecture", "DDP compares the models when it is "
+      "built: a different number of parameter tensors gives an error naming the ranks, but different sizes "
+      "(this reproduction, on gloo) can make that comparison itself time out, naming no rank; then print "
+      "each rank's parameter shapes (all_gather_object) to find the odd one",
+      "build the model from the same code and config everywhere"),
     F("different_seeds", "Different seeds per rank", "group", r"the replicas differ",
       "torch.manual_seed(rank) before building the model: each replica starts elsewhere (without DDP's "
       "broadcast nothing fixes it)", "compare a parameter checksum across ranks (all_gather)",

@@ -6,14 +6,14 @@ import torch
 
 
 def plot_ranges(ax=None):
-    """Smallest normal, smallest subnormal and largest value of fp16, bf16, fp32 (log2 scale), with mantissa bits."""
-    ax = ax or plt.subplots(figsize=(7, 2.6))[1]
+    """Smallest normal, smallest subnormal and largest value of fp16, bf16, fp32 (log2 scale), with fraction bits."""
+    ax = ax or plt.subplots(figsize=(7, 2.6), layout="constrained")[1]
     for i, dt in enumerate((torch.float16, torch.bfloat16, torch.float32)):
         fi = torch.finfo(dt)
         lo, tiny, hi = torch.log2(torch.tensor(fi.smallest_normal * fi.eps)), torch.log2(torch.tensor(fi.tiny)), \
             torch.log2(torch.tensor(fi.max))
         ax.plot([lo, hi], [i, i], lw=6, alpha=0.35, color=f"C{i}")
-        ax.plot([tiny, hi], [i, i], lw=6, color=f"C{i}", label=f"{str(dt)[6:]}: {-int(torch.log2(torch.tensor(fi.eps)))} mantissa bits")
+        ax.plot([tiny, hi], [i, i], lw=6, color=f"C{i}", label=f"{str(dt)[6:]}: {-int(torch.log2(torch.tensor(fi.eps)))} fraction bits (+1 implicit)")
     ax.axvline(torch.log2(torch.tensor(1e-8)).item(), color="k", ls=":", label="a gradient of 1e-8")
     ax.set_yticks(range(3), ["fp16", "bf16", "fp32"])
     ax.set_xlabel("log2 |x| (pale: subnormals)")
@@ -72,7 +72,8 @@ def plot_loading(rows: list[dict], nproc: int, cores: int, ax=None):
 def plot_buckets(rows: list[dict], axes=None):
     """bucket_cap_mb sweep: backward with DDP vs backward alone + all-reduces alone (left); buckets (right)."""
     if axes is None:
-        axes = plt.subplots(1, 2, figsize=(11, 3.2))[1]
+        # constrained layout makes room for the right panel's two-line y-label (it overlapped the left panel)
+        axes = plt.subplots(1, 2, figsize=(11, 3.4), layout="constrained")[1]
     ax1, ax2 = axes
     xs = range(len(rows))
     labels = [f"{r['cap_mb']:g} MB\n{r['buckets']} bucket{'s' * (r['buckets'] != 1)}" for r in rows]
