@@ -111,7 +111,7 @@ print(f"all {n} ranks hold {n * (n + 1) / 2:g} = 1 + 2 + ... + {n}")
 # %%
 print(res.table("backend", "device"))
 backends = sorted({r.info["backend"] for r in res.ranks})
-print(f"on this machine ({os.cpu_count()} CPU cores): backend {', '.join(backends)}")
+print(f"on this machine ({disttutor.cores()} usable CPU cores): backend {', '.join(backends)}")
 print(f"wall time of the job: {res.wall_s:.1f} s (torchrun start-up, 4 x `import torch`, the job)")
 
 # %% [markdown]

@@ -462,7 +462,7 @@ from disttutor.viz.allreduce import fits, plot_sweep, sweep
 
 SIZES = (64 << 10, 1 << 20, 16 << 20)
 data = sweep(("builtin", "naive", "ring"), nprocs=(2, 4), sizes=SIZES, iters=5, stream=False)
-fig = plot_sweep(data, title=f"2 and 4 ranks on {os.cpu_count()} CPU cores (measured now)")
+fig = plot_sweep(data, title=f"2 and 4 ranks on {disttutor.cores()} usable CPU cores (measured now)")
 plt.show()
 def alpha_share(m, nbytes):  # the part of the fitted time t = alpha + beta*N that is per-call latency
     return m.alpha / (m.alpha + m.beta * nbytes) if m.alpha + m.beta * nbytes > 0 else 0.0

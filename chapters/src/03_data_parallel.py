@@ -317,7 +317,7 @@ print("every pattern, every N: the same losses (to 1e-5)")
 # %%
 import os
 
-n_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+n_cores = disttutor.cores()  # usable cores: affinity, cgroup limit
 print(f"{max(runs)} ranks on {n_cores} usable CPU cores, load average {os.getloadavg()[0]:.1f}"
       + (": the ranks time-share the cores" if n_cores < max(runs) else ""))
 print(format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in dp.PATTERNS}}

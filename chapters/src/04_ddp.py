@@ -47,7 +47,7 @@ import disttutor
 from disttutor.checks.ddp import check_bucketed_ddp, check_naive_ddp
 from disttutor.viz.ddp import plot_step_times, plot_trace
 
-print(f"torch {torch.__version__}, {os.cpu_count()} CPU cores, GPUs: {torch.cuda.device_count()}")
+print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, GPUs: {torch.cuda.device_count()}")
 WORK = tempfile.mkdtemp(prefix="ch04-")  # checkpoints of this chapter go here
 
 # %% [markdown]
@@ -348,7 +348,7 @@ ratios = {part: [w / wo for wo, w in ps] for part, ps in pairs.items()}
 print(format_table([{"part": part, "without, median ms": round(1e3 * statistics.median(wo for wo, _ in pairs[part]), 2),
                      "with/without: min": round(min(rs), 2), "median": round(statistics.median(rs), 2),
                      "max": round(max(rs), 2)} for part, rs in ratios.items()]))
-print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+print(f"load average {os.getloadavg()[0]:.1f} on {disttutor.cores()} cores")
 
 # %%
 def verdict(part: str, rs: list[float]) -> str:
@@ -530,7 +530,7 @@ for n in (2, 4):  # ratios within each round (same machine state), then the medi
     ratio = ratios[n] = {k: statistics.median(a / b for a, b in zip(rounds[n][k], rounds[n]["torch"]))
                          for k in ("bucketed", "naive")}
     print(f"{n} ranks: bucketed/torch = {ratio['bucketed']:.2f}, naive/torch = {ratio['naive']:.2f}")
-print(f"backend {res.ranks[0].info.get('backend', '?')}, {os.cpu_count()} CPU cores, "
+print(f"backend {res.ranks[0].info.get('backend', '?')}, {disttutor.cores()} usable CPU cores, "
       f"load average {os.getloadavg()[0]:.1f} after the runs")
 
 # %% [markdown]
@@ -543,7 +543,7 @@ print(f"backend {res.ranks[0].info.get('backend', '?')}, {os.cpu_count()} CPU co
 # * **naive** pays one collective per tensor, after backward, with nothing overlapped;
 # * whether samples/s grows with ranks at all. Data parallelism pays when each step's compute dominates its
 #   communication. This model needs only a few milliseconds of compute per step, an all-reduce between
-#   processes costs a comparable time, and with more ranks than `os.cpu_count()` cores the ranks also take
+#   processes costs a comparable time, and with more ranks than `disttutor.cores()` cores the ranks also take
 #   turns on the CPUs — so here expect little or no speed-up. On GPUs with a real model the balance is
 #   very different: that is exactly what buckets and overlap are for.
 #

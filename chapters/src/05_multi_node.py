@@ -47,7 +47,7 @@ from disttutor.multinode import cluster
 from disttutor.launcher.results import format_table
 from disttutor.viz.cluster import draw_layout
 
-print("torch", torch.__version__, "| CPU cores:", os.cpu_count(), "| GPUs:", torch.cuda.device_count())
+print("torch", torch.__version__, "| usable CPU cores:", disttutor.cores(), "| GPUs:", torch.cuda.device_count())
 
 # %% [markdown]
 # ## 1. Two nodes on one machine

@@ -325,7 +325,7 @@ assert same
 # alternating F/B, the drain — and read the measured bubble as what this machine really delivered.
 
 # %%
-n_cores = os.cpu_count()
+n_cores = disttutor.cores()
 measured = slots_from_events([r["events"] for r in run_1f1b.results])
 fig = measured_figure(spec_1f1b, measured, note=f"(4 ranks on {n_cores} cores)")
 plt.show()

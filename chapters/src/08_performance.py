@@ -28,9 +28,9 @@ from disttutor.data_parallel import perf
 from disttutor.checks.perf import check_compress_hook, check_no_sync
 from disttutor.viz import performance as viz
 
-print(f"torch {torch.__version__}, {os.cpu_count()} CPU cores, GPUs: {torch.cuda.device_count()}")
+print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, GPUs: {torch.cuda.device_count()}")
 LOAD = os.getloadavg()[0]  # timings below are noisy when the machine is busy: we keep this beside them
-print(f"load average now: {LOAD:.1f} (on {os.cpu_count()} cores)")
+print(f"load average now: {LOAD:.1f} (on {disttutor.cores()} cores)")
 LAUNCH = dict(stream=False, timeout=280)
 
 # %% [markdown]
@@ -347,7 +347,7 @@ print(check_compress_hook(fp16_compress_hook))
 # %%
 tune = disttutor.launch("ddp_tuning", nproc=2, **LAUNCH)
 t = tune.results[0]
-print(f"gradients: {t['grad_mb']:.1f} MiB, backend {t['backend']}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+print(f"gradients: {t['grad_mb']:.1f} MiB, backend {t['backend']}, {disttutor.cores()} cores, load {os.getloadavg()[0]:.1f}")
 for r in t["rows"]:
     print(f"bucket_cap_mb={r['cap_mb']:5g}: {r['buckets']} buckets | backward under DDP {r['ddp_ms']:6.1f} ms | "
           f"alone {r['bwd_ms']:6.1f} ms + all-reduces alone {r['comm_ms']:6.1f} ms | hidden {r['hidden_ms']:+6.1f} ms "
@@ -374,7 +374,7 @@ else:
     print(f"On your machine no bucket size hid communication: the backward under DDP took longer than "
           f"backward alone + all-reduces alone for every size (best {best['hidden_ms']:+.1f} ms)."
           + (f" With {t['backend']} on {t['device']} the all-reduce's reductions and copies need CPU time too: "
-             f"they competed with the backward for {os.cpu_count()} cores instead of running beside it."
+             f"they competed with the backward for {disttutor.cores()} cores instead of running beside it."
              if t["device"].startswith("cpu") else
              f" ({t['backend']} on {t['device']}: chapter 9's profiler shows what the all-reduces waited on.)"))
 print(f"one all-reduce of the whole {t['grad_mb']:.1f} MiB gradient took {one['comm_ms']:.1f} ms here; "

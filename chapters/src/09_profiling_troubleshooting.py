@@ -31,7 +31,7 @@ from disttutor.troubleshoot import diagnose
 from disttutor.troubleshoot import modes as troubleshoot
 
 LOAD = os.getloadavg()[0]  # wall times below depend on how busy the machine is: we keep this beside them
-print(f"load average now: {LOAD:.1f} (on {os.cpu_count()} CPU cores)")
+print(f"load average now: {LOAD:.1f} (on {disttutor.cores()} usable CPU cores)")
 
 # %% [markdown]
 # ## The index: error text → entry

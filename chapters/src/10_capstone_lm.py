@@ -40,7 +40,7 @@ from disttutor.programs.lm_train import FINAL_PARAMS
 from disttutor.viz import lm as viz
 
 LOAD = os.getloadavg()[0]  # timings below are noisy when the machine is busy: we keep this beside them
-print(f"torch {torch.__version__}, {os.cpu_count()} CPU cores, GPUs: {torch.cuda.device_count()}, load {LOAD:.1f}")
+print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, GPUs: {torch.cuda.device_count()}, load {LOAD:.1f}")
 LAUNCH = dict(stream=False, timeout=400)
 
 # %% [markdown]
@@ -225,7 +225,7 @@ viz.plot_training(r["history"])
 plt.show()
 print("before training:", repr(r["text_before"][:100]))
 print("after training: ", repr(r["text_after"][:100]))
-n_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+n_cores = disttutor.cores()  # usable cores: affinity, cgroup limit
 print(f"(a tiny model: {cfg.steps} steps, {r['wall_s']:.0f} s of training, {train_run.world_size} ranks on "
       f"{n_cores} usable CPU cores)")
 

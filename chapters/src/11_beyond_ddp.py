@@ -29,9 +29,9 @@ import disttutor
 from disttutor.checks.sharding import BF16_RTOL, FP32_RTOL, check_fsdp, check_zero1
 from disttutor.viz import sharding as viz
 
-print(f"torch {torch.__version__}, {os.cpu_count()} CPU cores, GPUs: {torch.cuda.device_count()}")
+print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, GPUs: {torch.cuda.device_count()}")
 LOAD = os.getloadavg()[0]
-print(f"load average now: {LOAD:.1f} (on {os.cpu_count()} cores)")
+print(f"load average now: {LOAD:.1f} (on {disttutor.cores()} cores)")
 LAUNCH = dict(stream=False, timeout=280)
 
 # %% [markdown]

@@ -38,7 +38,7 @@ from disttutor.launcher.results import format_table
 from disttutor.scale import costmodel, failures, fit, hardware, local, planner, problems, shapes
 from disttutor.viz import scale as viz
 
-CORES = os.cpu_count()
+CORES = disttutor.cores()
 N = 2  # ranks for every local run: one per core of the course's reference machine
 LAUNCH = dict(stream=False, timeout=240)
 print(f"{CORES} CPU cores; load average now {os.getloadavg()[0]:.1f}")
