@@ -40,6 +40,7 @@ def no_leftovers():
 # times); the rest keep pytest's order.
 SLOW_FIRST = [
     "tests/test_exercises.py",              # every solution on real ranks, and wrong answers
+    "tests/test_grade.py",                  # ~250: a class graded (one learner hangs) and a class of 30
     "tests/test_ch09_fixbug.py",            # 9.2/9.3: the broken programs and half-fixes on real ranks
     "chapters/10_capstone_lm.ipynb",        # ~200
     "tests/test_ch08_performance.py",       # comm hooks + AMP ~120, tuning, data loading
@@ -51,8 +52,8 @@ SLOW_FIRST = [
     "tests/test_browser.py",                # ~140: chapters 0 and 1 run in Chromium
     "tests/test_site.py",                   # ~70: the website built, every page in Chromium
     "chapters/09_profiling_troubleshooting.ipynb",   # ~130
+    "tests/test_numerics.py",               # ~100: chapters 1 and 3 again, the ranks on other float kernels
     "chapters/00_setup.ipynb",              # ~115
-    "tests/test_grade.py",                  # ~115: a class graded, one learner hangs
     "chapters/07_pipeline_parallel.ipynb",  # ~105
     "tests/test_ch05_multi_node.py",        # ~90: the article's double spawn
     "tests/test_ch04_scratch.py",           # ~80: the DDP checkers' wrong answers
