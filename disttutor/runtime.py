@@ -43,6 +43,10 @@ from .results import blame_of
 # Collectives that wait longer than this fail instead of hanging. Gloo's
 # default is 30 minutes, far too long for a learner staring at a cell.
 DEFAULT_COLLECTIVE_TIMEOUT_S = 60.0
+# Joining the group is not a collective the program wrote: torchrun starts the ranks together, but on a
+# loaded machine their imports end seconds apart (10-20 s seen at load 15 on 2 cores). A short collective
+# timeout (the checkers' 10 s) must not fail the join, or the check reports a timeout, not the learner's mistake.
+JOIN_TIMEOUT_S = DEFAULT_COLLECTIVE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -195,13 +199,18 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
         torch.cuda.set_device(device)
     try:
         if init_group:
+            # Join with the longer wait, then bound every collective by timeout_s (a torch without
+            # ProcessGroup.set_timeout keeps one timeout for both).
+            join_s = max(timeout_s, JOIN_TIMEOUT_S) if hasattr(dist.ProcessGroup, "set_timeout") else timeout_s
             dist.init_process_group(
                 backend=be,
-                timeout=_dt.timedelta(seconds=timeout_s),
+                timeout=_dt.timedelta(seconds=join_s),
                 # NCCL binds the group to this device up front (no guessing later).
                 device_id=device if device.type == "cuda" else None,
-                **_restart_store(env, timeout_s),
+                **_restart_store(env, join_s),
             )
+            if join_s != timeout_s:
+                dist.group.WORLD.set_timeout(_dt.timedelta(seconds=timeout_s))
         yield ctx
         write_report(ctx, "ok")
     except BaseException as exc:  # KeyboardInterrupt/SIGTERM too: the report says why we stopped
