@@ -133,3 +133,45 @@ def test_a_late_rank_joins_and_collectives_keep_their_timeout(tmp_path, no_lefto
     r0 = res.ranks[0]
     # gloo's own words say which limit it applied: the collective's 2 s, not the join's
     assert r0.status == "error" and "Timed out waiting 2000ms" in r0.raw_error, r0.raw_error
+
+
+# A learner's own script (disttutor run my.py) that never destroys its group: the script wrapper does,
+# before Python finalises, so gloo's worker threads are gone when the atexit handlers run. (Left alive,
+# one holding the tensor of a timed-out collective aborted the rank at exit, 1 run in 2.)
+OWN_SCRIPT = '''
+import atexit, os, time
+import torch
+import torch.distributed as dist
+
+def gloo_workers():
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    print("gloo workers at exit:", names.count("pt_gloo_runloop"), flush=True)
+
+if os.path.isdir("/proc/self/task"):
+    atexit.register(gloo_workers)
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    time.sleep(5)  # rank 0's all-reduce times out (2 s) while this one sleeps
+x = torch.ones(3)
+try:
+    dist.all_reduce(x)
+except RuntimeError as e:
+    print("caught the timeout:", "Timed out" in str(e) or "Connection closed" in str(e), flush=True)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_script_that_leaves_its_group_exits_cleanly(tmp_path, no_leftovers):
+    import os
+
+    import disttutor
+
+    script = tmp_path / "own.py"
+    script.write_text(OWN_SCRIPT)
+    res = disttutor.launch(str(script), 2, stream=False, timeout=150, collective_timeout=2, check=False)
+    assert res.ok, res.summary()
+    assert any("caught the timeout: True" in ln for ln in res.ranks[0].log), res.ranks[0].log
+    if os.path.isdir("/proc/self/task"):
+        for r in res.ranks:
+            assert "gloo workers at exit: 0" in r.log, r.log
