@@ -145,8 +145,7 @@ def test_ddp_tuning_matches_reference_and_measures(no_leftovers):
 
 @pytest.mark.slow
 @pytest.mark.timeout(SLOW)
-def test_exercise_8_1_solution_passes_stub_and_mistake_fail(no_leftovers):
-    assert check_no_sync(SOL1).passed
+def test_exercise_8_1_stub_and_mistake_fail(no_leftovers):  # the solution passes: tests/test_exercises.py
     stub = notebook_cell("class NoSyncDDP")
     r = check_no_sync(stub)
     assert not r.passed and "still a stub -- Exercise 8.1" in str(r)
@@ -158,8 +157,7 @@ def test_exercise_8_1_solution_passes_stub_and_mistake_fail(no_leftovers):
 
 @pytest.mark.slow
 @pytest.mark.timeout(SLOW)
-def test_exercise_8_2_solution_passes_stub_and_mistake_fail(no_leftovers):
-    assert check_compress_hook(SOL2).passed
+def test_exercise_8_2_stub_and_mistake_fail(no_leftovers):  # the solution passes: tests/test_exercises.py
     r = check_compress_hook(notebook_cell("def fp16_compress_hook"))
     assert not r.passed and "still a stub -- Exercise 8.2" in str(r)
     # Forgetting to average: the sum of 2 ranks' gradients doubles every step's size.

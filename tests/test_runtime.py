@@ -99,3 +99,80 @@ def test_require_positive_names_the_field():
     with pytest.raises(ValueError, match="steps must be >= 1, got 2.5"):
         require_positive(Cfg(steps=2.5), "steps")  # a float count is a mistake, not a count
     require_positive(Cfg(layers_per_stage=2), "steps", "layers_per_stage")
+
+
+# Ranks start together but, on a loaded machine, finish importing seconds apart. Joining the group
+# waits runtime.JOIN_TIMEOUT_S (not the short collective timeout a checker sets, or a check would report
+# "a collective waited more than 10s" instead of the learner's mistake); collectives keep the short one.
+LATE_RANK = '''
+import os
+import time
+import torch
+import torch.distributed as dist
+from disttutor.rank import runtime
+
+if os.environ["RANK"] == "1":
+    time.sleep(5)  # joins 5 s late, more than the 2 s collective timeout
+with runtime.setup() as ctx:
+    runtime.report(joined=True)
+    if ctx.rank == 1:
+        time.sleep(6)  # late for a collective: rank 0 must give up after 2 s, not JOIN_TIMEOUT_S
+    dist.all_reduce(torch.ones(1))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_late_rank_joins_and_collectives_keep_their_timeout(tmp_path, no_leftovers):
+    import disttutor
+
+    script = tmp_path / "late_rank.py"
+    script.write_text(LATE_RANK)
+    res = disttutor.launch(str(script), 2, stream=False, timeout=150, collective_timeout=2, check=False)
+    assert all(r.results.get("joined") for r in res.ranks), res.summary()
+    assert runtime.JOIN_TIMEOUT_S > 5  # what made the 5 s late join fine
+    r0 = res.ranks[0]
+    # gloo's own words say which limit it applied: the collective's 2 s, not the join's
+    assert r0.status == "error" and "Timed out waiting 2000ms" in r0.raw_error, r0.raw_error
+
+
+# A learner's own script (disttutor run my.py) that never destroys its group: the script wrapper does,
+# before Python finalises, so gloo's worker threads are gone when the atexit handlers run. (Left alive,
+# one holding the tensor of a timed-out collective aborted the rank at exit, 1 run in 2.)
+OWN_SCRIPT = '''
+import atexit, os, time
+import torch
+import torch.distributed as dist
+
+def gloo_workers():
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    print("gloo workers at exit:", names.count("pt_gloo_runloop"), flush=True)
+
+if os.path.isdir("/proc/self/task"):
+    atexit.register(gloo_workers)
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    time.sleep(5)  # rank 0's all-reduce times out (2 s) while this one sleeps
+x = torch.ones(3)
+try:
+    dist.all_reduce(x)
+except RuntimeError as e:
+    print("caught the timeout:", "Timed out" in str(e) or "Connection closed" in str(e), flush=True)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_script_that_leaves_its_group_exits_cleanly(tmp_path, no_leftovers):
+    import os
+
+    import disttutor
+
+    script = tmp_path / "own.py"
+    script.write_text(OWN_SCRIPT)
+    res = disttutor.launch(str(script), 2, stream=False, timeout=150, collective_timeout=2, check=False)
+    assert res.ok, res.summary()
+    assert any("caught the timeout: True" in ln for ln in res.ranks[0].log), res.ranks[0].log
+    if os.path.isdir("/proc/self/task"):
+        for r in res.ranks:
+            assert "gloo workers at exit: 0" in r.log, r.log

@@ -97,6 +97,12 @@ class BucketedDDP(nn.Module):
         if self._next < len(self.buckets):
             k = self._next
             idle = [self._names[id(p)] for b in self.buckets[k:] for p in b if p.grad is None]
+            # The buckets already launched are collectives every rank started: wait for them before
+            # raising. A work dropped unwaited leaves gloo's worker thread holding the last reference
+            # to its flat buffer; if that thread lets go while the interpreter is finalising, the
+            # process aborts ("terminate called without an active exception") after its report.
+            for b in self._inflight:
+                b.work.wait()
             self._reset()
             raise RuntimeError(f"bucket {k} never filled: no gradient for {idle or 'some parameters'} "
                                "in this backward (unused parameters?). Every rank would wait for it forever.")
