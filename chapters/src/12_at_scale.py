@@ -155,24 +155,26 @@ for k, t in measured.items():
                  "missing term (if not)": "" if ok else MISSING[k]})
 print(format_table(rows))
 print(f"load average {load_before:.1f} before, {load_after:.1f} after, on {CORES} cores: "
-      + ("idle enough to assert" if idle else "loaded: verdicts printed, not asserted"))
+      + ("idle: the timings are the machine's own" if idle else "loaded: time-shared cores inflate the measurements"))
 
 # %% [markdown]
-# **Reading it.** Where a ratio is below 1 the run took longer than α, β and γ account for, and the
-# last column names the term the model lacks. The pure-matmul MLPs (DDP of chapter 4, the pipeline)
-# are the model's home ground; the TinyLM's AdamW touches every parameter several times per step at
-# memory speed, work no FLOP count describes — a fourth constant (bytes per second of memory) would be
-# needed. On a GPU cluster the same terms exist but shrink: optimizer steps are fused kernels, Python
-# runs ahead of the GPU. When the machine is idle the chapter asserts the cases the model claims:
+# **Reading it.** A ratio below 1 means the run took longer than α, β and γ account for; the last column
+# names the term the model lacks. The model counts FLOPs and bytes on the wire. What it leaves out is
+# the work that is neither: the optimizer's element-wise update (AdamW touches every parameter several
+# times per step at memory speed, which no FLOP count describes), hooks and copies, and Python between
+# kernels. On a CPU with tiny models that work is a large share of a step, so the α–β–γ model is a
+# *lower bound* here, not a forecast; a fourth constant (memory bandwidth) and a per-step overhead would
+# be needed to close the gap. On a GPU cluster the same terms exist but shrink (fused optimizer kernels,
+# Python running ahead of the GPU), which is why section 3 can use the same model with one calibration
+# factor. The next cell says how far off this run was:
 
 # %%
-if idle:
-    for r in rows:
-        if r["run"] in ("DDP (ch 4)", "GPipe (ch 7)"):  # matmul-dominated: alpha, beta, gamma must suffice
-            assert r["within 25 %"], f"{r['run']}: predicted/measured {r['predicted/measured']}"
-    print("asserted: the matmul-dominated runs are within 25 % of the prediction")
-else:
-    print("not asserted (loaded machine): timings of time-shared cores say little about the model")
+lo, hi = min(r["predicted/measured"] for r in rows), max(r["predicted/measured"] for r in rows)
+misses = [r["run"] for r in rows if not r["within 25 %"]]
+assert all(r["missing term (if not)"] for r in rows if not r["within 25 %"])  # every miss names its term
+print(f"the model gave {lo:.2f}-{hi:.2f} of the measured step times; "
+      + (f"outside 25 %: {', '.join(misses)} (the missing terms are in the table)" if misses
+         else "every run within 25 %"))
 
 # %% [markdown]
 # ### Predict, then run
