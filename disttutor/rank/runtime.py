@@ -42,10 +42,6 @@ from disttutor.rank.reports import (PROGRESS_TAG, explain, progress, rank_print,
 from disttutor.rank.rpc import setup as rpc_setup
 
 DEFAULT_COLLECTIVE_TIMEOUT_S = contract.DEFAULT_COLLECTIVE_TIMEOUT_S
-# Joining the group is not a collective the program wrote: torchrun starts the ranks together, but on a
-# loaded machine their imports end seconds apart (10-20 s seen at load 15 on 2 cores). A short collective
-# timeout (the checkers' 10 s) must not fail the join, or the check reports a timeout, not the learner's mistake.
-JOIN_TIMEOUT_S = DEFAULT_COLLECTIVE_TIMEOUT_S
 
 # One function, one meaning (procs.tie_to_parent): "get SIGKILL when my parent dies".
 # Kept under this name for programs whose own children follow them (chapter 5's mp.spawn).
@@ -79,18 +75,16 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
         torch.cuda.set_device(device)
     try:
         if init_group:
-            # Join with the longer wait, then bound every collective by timeout_s (a torch without
-            # ProcessGroup.set_timeout keeps one timeout for both).
-            join_s = max(timeout_s, JOIN_TIMEOUT_S) if hasattr(dist.ProcessGroup, "set_timeout") else timeout_s
+            # One timeout for joining and for every collective. (Joining with a longer one and then
+            # ProcessGroup.set_timeout(short) does not bound gloo's send/recv: a recv with no sender
+            # then waited for the peer's exit instead of the short timeout -- tried and reverted.)
             dist.init_process_group(
                 backend=be,
-                timeout=_dt.timedelta(seconds=join_s),
+                timeout=_dt.timedelta(seconds=timeout_s),
                 # NCCL binds the group to this device up front (no guessing later).
                 device_id=device if device.type == "cuda" else None,
-                **restart_store(env, join_s),
+                **restart_store(env, timeout_s),
             )
-            if join_s != timeout_s:
-                dist.group.WORLD.set_timeout(_dt.timedelta(seconds=timeout_s))
         yield ctx
         write_report(ctx, "ok")
     except BaseException as exc:  # KeyboardInterrupt/SIGTERM too: the report says why we stopped
