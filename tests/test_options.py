@@ -215,3 +215,35 @@ def test_contributing_template_is_true():
     real = {f.name: f.default for f in dataclasses.fields(hello.HelloConfig)}
     for f in dataclasses.fields(mod.HelloConfig):
         assert real[f.name] == f.default, f.name
+
+
+def test_a_program_run_as_main_ends_without_interpreter_finalisation(tmp_path):
+    """``python -m disttutor.programs.X`` ends through procs.quick_exit after run(): atexit handlers run,
+    the exit code is kept, the interpreter's finalisation (where DDP's gloo objects aborted ranks) is not."""
+    import subprocess
+    import sys
+
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import atexit\n"
+        "from dataclasses import dataclass\n"
+        "from disttutor.contract.options import cli, opt\n"
+        "class Finaliser:\n"
+        "    def __del__(self):\n"
+        "        print('finalised', flush=True)\n"
+        "KEEP = Finaliser()\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "@dataclass(frozen=True)\n"
+        "class Cfg:\n"
+        "    fail: bool = opt(False, 'raise in run')\n"
+        "def run(cfg):\n"
+        "    print('run done', flush=True)\n"
+        "    if cfg.fail:\n"
+        "        raise ValueError('boom')\n"
+        "main = cli(Cfg, run)\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n")
+    ok = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.splitlines() == ["run done", "atexit ran"], (ok.stdout, ok.stderr)
+    bad = subprocess.run([sys.executable, str(prog), "--fail"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "ValueError: boom" in bad.stderr and "finalised" not in bad.stdout

@@ -233,7 +233,22 @@ def cli(cls: type[C], run: Callable[[C], Any], prog: str | None = None,
         mod = sys.modules.get(module)
         name = prog or (module.rsplit(".", 1)[-1] if module != "__main__" else None)
         desc = description or ((mod.__doc__ or "").strip().splitlines() or [""])[0] if mod else description
-        return run(parse(cls, argv, prog=name, description=desc))
+        cfg = parse(cls, argv, prog=name, description=desc)
+        if getattr(run, "__module__", None) != "__main__":  # called from Python (a test, an RPC program's module)
+            return run(cfg)
+        # Run as a program (python -m ...): end through quick_exit, not interpreter finalisation.
+        from disttutor.contract.procs import quick_exit
+
+        try:
+            run(cfg)
+        except SystemExit as exc:
+            quick_exit(exc.code)
+        except Exception:  # its traceback, then exit 1, as Python does; KeyboardInterrupt keeps Python's way
+            import traceback
+
+            traceback.print_exc()
+            quick_exit(1)
+        quick_exit(0)
 
     main.__doc__ = f"Command line of {cls.__name__} (one --flag per field), then run()."
     main.config = cls  # type: ignore[attr-defined]  # lets tools (launch, tests) find a program's options

@@ -96,34 +96,9 @@ def destroy_left_group() -> None:
             pass
 
 
-def quick_exit(code: object = 0) -> None:
-    """End the rank the way ``sys.exit(code)`` would, minus interpreter finalisation.
-
-    A script that used torch's DDP leaves gloo objects that the interpreter's and C++'s exit-time
-    destructors free while gloo's threads still run: the rank then aborts after its last line
-    ("terminate called without an active exception", SIGABRT; chapter 5's script, 1 run in 3 under
-    load), and torchrun reports a finished job as failed. So: run the atexit handlers, flush the
-    streams, and leave with ``os._exit`` -- the script's own work is done and its files are closed.
-    """
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):  # sys.exit("message"): Python prints it and exits 1
-        print(code, file=sys.stderr)
-        code = 1
-    try:
-        import atexit
-
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # a closed or broken pipe: nothing more can be said
-                pass
-        os._exit(code)
-
-
 if __name__ == "__main__":
+    from disttutor.contract.procs import quick_exit
+
     try:
         main()
     except SystemExit as exc:
