@@ -57,6 +57,20 @@ def find_chromium(given: str | None) -> str | None:
     return None
 
 
+def missing_browser_parts() -> list[str]:
+    """What a browser test lacks here (Debian's chromium, the [browser] extra's playwright); [] if nothing.
+
+    The tests skip on a non-empty answer, or fail where DISTTUTOR_REQUIRE_BROWSER is set (CI)."""
+    missing = []
+    if find_chromium(None) is None:
+        missing.append("chromium (apt-get install chromium)")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        missing.append("playwright (pip install -e '.[browser]')")
+    return missing
+
+
 def widget_outputs(path: str) -> int:
     nb = json.load(open(path))
     return sum(WIDGET_VIEW in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))

@@ -56,13 +56,7 @@ def test_progress_text_is_where_the_bar_ended():
 
 @pytest.mark.timeout(720)  # 8 chapters opened, 2 run, one JupyterLab; ~3-5 min on a loaded 2-core machine
 def test_every_chapter_in_a_real_browser():
-    missing = []
-    if browser_check.find_chromium(None) is None:
-        missing.append("chromium (apt-get install chromium)")
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        missing.append("playwright (pip install -e '.[browser]')")
+    missing = browser_check.missing_browser_parts()
     if missing:
         if os.environ.get("DISTTUTOR_REQUIRE_BROWSER"):
             pytest.fail("browser check required (DISTTUTOR_REQUIRE_BROWSER) but missing: " + ", ".join(missing))

@@ -139,18 +139,13 @@ PAGE_CHECK = """bad => {
 
 @pytest.mark.timeout(400)
 def test_every_page_in_a_real_browser(site):
-    missing = []
-    chromium = browser_check.find_chromium(None)
-    if chromium is None:
-        missing.append("chromium (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing.append("playwright (pip install -e '.[browser]')")
+    missing = browser_check.missing_browser_parts()
     if missing:
         if os.environ.get("DISTTUTOR_REQUIRE_BROWSER"):
             pytest.fail("browser check required (DISTTUTOR_REQUIRE_BROWSER) but missing: " + ", ".join(missing))
         pytest.skip("site browser check needs " + " and ".join(missing))
+    chromium = browser_check.find_chromium(None)
+    from playwright.sync_api import sync_playwright
     out, _ = site
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=out))
     threading.Thread(target=server.serve_forever, daemon=True).start()
