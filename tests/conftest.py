@@ -46,7 +46,7 @@ SLOW_FIRST = [
     "tests/test_ch08_performance.py",       # comm hooks + AMP ~120, tuning, data loading
     "chapters/04_ddp.ipynb",                # ~170
     "chapters/08_performance.ipynb",        # ~150
-    "chapters/12_at_scale.ipynb",           # ~150 under load (five launches on 2 ranks)
+    "chapters/13_at_scale.ipynb",           # ~150 under load (five launches on 2 ranks)
     "chapters/02_process_groups_collectives.ipynb",  # ~140
     "tests/test_kernel_kill.py",            # ~140: ten kernels killed
     "tests/test_browser.py",                # ~140: chapters 0 and 1 run in Chromium

@@ -25,6 +25,8 @@ class Exercise:
     # "fix the bug" exercises start from a broken program, not a NotImplementedError stub: the path
     # of that program (its checker says "still the broken program" while the learner's code equals it)
     broken: str = ""
+    difficulty: str = ""       # "warm-up", "core" or "stretch": shown above the stub
+    minutes: int = 0           # the time a learner should plan for it, shown above the stub
 
     def __post_init__(self):
         if f"{self.chapter}." != self.id[:len(str(self.chapter)) + 1] or ":" not in self.checker:

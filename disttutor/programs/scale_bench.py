@@ -1,4 +1,4 @@
-"""The measurements chapter 12's cost model is fitted to: four collectives, a matmul, a checkpoint.
+"""The measurements chapter 13's cost model is fitted to: four collectives, a matmul, a checkpoint.
 
 For each collective of ``--ops`` and each size of ``--sizes`` (bytes ``S`` in nccl-tests' sense:
 the all-reduced tensor, the *gathered* tensor, the *scattered* input, the message): warm-up calls,

@@ -34,7 +34,7 @@ class ShardingConfig:
     batch: int = opt(8, "GLOBAL batch (sequences) per step, split evenly over the ranks")
     lr: float = opt(1e-2, "AdamW learning rate")
     checkpoint: bool = opt(True, "save and reload FSDP2's sharded model with torch.distributed.checkpoint")
-    time: bool = opt(False, "instead: time DDP and FSDP2 steps on a wider TinyLM (chapter 12's prediction)")
+    time: bool = opt(False, "instead: time DDP and FSDP2 steps on a wider TinyLM (chapter 13's prediction)")
     time_dim: int = opt(256, "--time: the TinyLM's width")
     time_ff: int = opt(1024, "--time: the TinyLM's MLP width")
     rounds: int = opt(3, "--time: timed rounds per strategy, interleaved to share the machine's noise")
@@ -132,7 +132,7 @@ def checkpoint_roundtrip(model, optimizer, ctx, cfg) -> dict:
 
 def time_strategies(cfg: ShardingConfig, ctx) -> dict:
     """Median step time (ms) of DDP and FSDP2 on ``TinyLM(dim=time_dim, ff=time_ff)``, interleaved rounds
-    of ``steps`` steps after one untimed step; chapter 12 predicts these from its fitted cost model."""
+    of ``steps`` steps after one untimed step; chapter 13 predicts these from its fitted cost model."""
     import statistics
     import time
 

@@ -1,4 +1,4 @@
-"""Chapter 12 (at scale): a cost model fitted on this machine, hardware presets, a planner, failures.
+"""Chapter 13 (at scale): a cost model fitted on this machine, hardware presets, a planner, failures.
 
 Entry point: :func:`disttutor.scale.planner.predict` (re-exported here as ``predict``), which takes a
 model shape (:mod:`~disttutor.scale.shapes`), a :class:`~disttutor.scale.planner.Layout`, a hardware

@@ -1,6 +1,6 @@
 """The alpha-beta-gamma cost model: how long a collective or a matmul takes.
 
-Introduced in chapter 12 (at scale). Three constants describe a machine:
+Introduced in chapter 13 (at scale). Three constants describe a machine:
 
 * **alpha** (latency, s): the fixed cost of one call, whatever its size;
 * **beta** (s/byte), written here as its inverse, the **bus bandwidth** ``B = 1/beta`` (bytes/s);

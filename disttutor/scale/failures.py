@@ -1,7 +1,7 @@
 """Failures at scale: mean time between failures, the Young-Daly checkpoint interval, and the
 training time that is left.
 
-Introduced in chapter 12 (at scale). With failures arriving at random (exponentially, rate
+Introduced in chapter 13 (at scale). With failures arriving at random (exponentially, rate
 ``1/M`` for the whole job), checkpointing every ``tau`` seconds at cost ``C`` loses, per unit of
 time, ``C / tau`` to saving and, per failure, half an interval of lost work plus the restart ``R``.
 To first order (Young 1974, "A first order approximation to the optimum checkpoint interval";

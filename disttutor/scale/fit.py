@@ -1,6 +1,6 @@
 """Fitting alpha and beta (per collective) and gamma from measured times.
 
-Introduced in chapter 12 (at scale). For one collective at a fixed number of ranks ``n``, the model
+Introduced in chapter 13 (at scale). For one collective at a fixed number of ranks ``n``, the model
 ``t = alpha + factor(n) * S / B`` is a straight line in ``S``: :func:`fit_link` fits it by least
 squares on *relative* error (each point weighted by ``1/t``), because the sizes span decades and an
 ordinary fit would let the biggest message decide alone. gamma is the median FLOP/s of the largest

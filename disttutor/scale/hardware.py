@@ -1,6 +1,6 @@
 """Hardware as data: every constant carries its value, its unit, how we know it, and its source.
 
-Introduced in chapter 12 (at scale). A constant is
+Introduced in chapter 13 (at scale). A constant is
 
 * **reported** -- a figure printed by its source (a vendor sheet, a paper), quoted as printed;
 * **derived** -- computed here from reported figures (the formula is in ``source``);

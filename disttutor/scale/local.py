@@ -1,6 +1,6 @@
-"""Predicting the course's own runs from the fitted constants (chapter 12's first check).
+"""Predicting the course's own runs from the fitted constants (chapter 13's first check).
 
-Introduced in chapter 12 (at scale). Three runs of earlier chapters, each predicted from
+Introduced in chapter 13 (at scale). Three runs of earlier chapters, each predicted from
 alpha/beta (per collective) and gamma alone, *before* it is launched:
 
 * :func:`ddp_step` -- ``ddp_scratch --time --wrappers torch`` (chapter 4): the MLP's forward and

@@ -1,7 +1,7 @@
 """The planner: memory per GPU, step time (compute / exposed communication / bubble), tokens/s/GPU
 and MFU of a Transformer on a cluster, for one layout or all sensible ones.
 
-Introduced in chapter 12 (at scale). **The entry point is** :func:`predict` ``(shape, layout,
+Introduced in chapter 13 (at scale). **The entry point is** :func:`predict` ``(shape, layout,
 hardware, seq, global_batch)`` -> :class:`Prediction`; :func:`rank_layouts` calls it for every
 layout that fits and sorts them; :func:`rules` computes the two communication-bound rules.
 

@@ -1,6 +1,6 @@
-"""Chapter 12's pen-and-paper problems: statements, answers on demand, and a checker.
+"""Chapter 13's pen-and-paper problems: statements, answers on demand, and a checker.
 
-Introduced in chapter 12. Each answer is *computed* by the same functions the chapter uses
+Introduced in chapter 13. Each answer is *computed* by the same functions the chapter uses
 (:mod:`~disttutor.scale.costmodel`, :mod:`~disttutor.scale.planner`, :mod:`~disttutor.scale.failures`),
 never typed in. ``answer(name)`` prints the worked answer; ``check(name, value)`` says whether the
 learner's number is within the problem's tolerance (pen-and-paper rounding, stated per problem).

@@ -1,6 +1,6 @@
 """Model shapes for the planner: parameters and training FLOPs per token of a decoder Transformer.
 
-Introduced in chapter 12 (at scale). Llama-style (gated SwiGLU MLP, grouped-query attention,
+Introduced in chapter 13 (at scale). Llama-style (gated SwiGLU MLP, grouped-query attention,
 untied embeddings, no biases) and GPT-style (4h MLP, biases, learned positions, tied embeddings:
 exactly chapter 1's :func:`disttutor.sharding.memory.transformer_params`). Shapes of Llama 3 are *reported*
 (the Llama 3 paper, Table 3: layers, model dimension, FFN dimension, heads, key/value heads;

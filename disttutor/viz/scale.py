@@ -1,6 +1,6 @@
-"""Chapter 12's figures and the planner widget.
+"""Chapter 13's figures and the planner widget.
 
-Introduced in chapter 12. Plain functions from data to a matplotlib figure (the notebook's static
+Introduced in chapter 13. Plain functions from data to a matplotlib figure (the notebook's static
 figures and the tests use them); :func:`planner_widget` only wires ipywidgets to
 :func:`planner_view`. The maths lives in :mod:`disttutor.scale`.
 """

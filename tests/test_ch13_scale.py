@@ -1,4 +1,4 @@
-"""Chapter 12's cost model, fit, planner and failure maths against hand-computed values (pure Python,
+"""Chapter 13's cost model, fit, planner and failure maths against hand-computed values (pure Python,
 no processes), and the scale_bench program once on 2 ranks."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Chapter 12 — At scale: from your own measurements to a 16,000-GPU job
+# # Chapter 13 — At scale: from your own measurements to a 16,000-GPU job
 #
 # The course so far ran DDP, FSDP and pipelines on a laptop. This chapter asks how long a step takes
 # on 8 H100s or 16,384, which layout a 70B model needs, when communication wins over compute, and how
@@ -25,7 +25,7 @@
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
 
-disttutor.course.chapters.header(12)
+disttutor.course.chapters.header(13)
 
 # %%
 import math
@@ -417,4 +417,4 @@ for name, value in MY.items():
 # * At 16,384 GPUs a failure every few hours makes checkpoint cost a throughput term: τ = √(2CM).
 
 # %%
-disttutor.course.chapters.glossary(12)
+disttutor.course.chapters.glossary(13)
