@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from disttutor import contract
 from disttutor.contract import procs
+from disttutor.rank.arrival import arrive_together
 from disttutor.rank.context import Context, DistEnv, activate, context, follow_agent, pick_backend
 from disttutor.rank.elastic import restart_store
 from disttutor.rank.reports import (PROGRESS_TAG, explain, progress, rank_print, report, run_dir, summarize,
@@ -75,9 +76,9 @@ def setup(backend: str | None = None, timeout_s: float | None = None, init_group
         torch.cuda.set_device(device)
     try:
         if init_group:
-            # One timeout for joining and for every collective. (Joining with a longer one and then
-            # ProcessGroup.set_timeout(short) does not bound gloo's send/recv: a recv with no sender
-            # then waited for the peer's exit instead of the short timeout -- tried and reverted.)
+            # One timeout for joining and for every collective; it starts once every rank is there
+            # (arrive_together waits for slow starters first, with a long wait of its own).
+            arrive_together(env)
             dist.init_process_group(
                 backend=be,
                 timeout=_dt.timedelta(seconds=timeout_s),
