@@ -2,7 +2,9 @@
 
 Copied over ``tests/adapters.py`` of a temporary copy of the assignment by :mod:`benchmarks.cs336.run`
 (the assignment's own code is never committed here). ``CS336_IMPL=scratch`` (default) adapts
-:mod:`disttutor.scratch`; ``CS336_IMPL=solutions`` the exercise solutions in ``solutions/``.
+:mod:`disttutor.scratch`; ``CS336_IMPL=solutions`` the exercise solutions in ``solutions/``;
+``CS336_IMPL=torch_fsdp2`` torch's own ``fully_shard`` (per child module, then the root) for the FSDP
+tests, as the yardstick the course's FSDP is compared with.
 """
 from __future__ import annotations
 
@@ -22,7 +24,34 @@ def _solution(name: str, cls: str):
     return getattr(mod, cls)
 
 
+class TorchFSDP2(torch.nn.Module):
+    """torch's FSDP2 in the shape the tests expect: ``.module`` is the sharded model."""
+
+    def __init__(self, module: torch.nn.Module, compute_dtype: torch.dtype | None = None):
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        super().__init__()
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32) if compute_dtype \
+            else MixedPrecisionPolicy()
+        for child in module.children():
+            if any(True for _ in child.parameters()):
+                fully_shard(child, mesh=mesh, mp_policy=policy)
+        fully_shard(module, mesh=mesh, mp_policy=policy)
+        self.module = module
+
+    def forward(self, *args):
+        return self.module(*args)
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        return {n: p.full_tensor().detach() for n, p in self.module.named_parameters()}
+
+
 def _fsdp_class():
+    if _IMPL == "torch_fsdp2":
+        return TorchFSDP2
     if _IMPL == "solutions":
         return _solution("ex11_2_fsdp.py", "FSDP")
     from disttutor.scratch.fsdp import ScratchFSDP

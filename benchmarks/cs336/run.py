@@ -7,7 +7,7 @@ by :mod:`benchmarks.cs336.adapters`, and pytest runs there. Reproduce::
 
     git clone https://github.com/stanford-cs336/assignment2-systems /tmp/cs336
     pip install einops einx jaxtyping          # what cs336_basics.model imports
-    PYTHONPATH=$PWD python benchmarks/cs336/run.py --repo /tmp/cs336 [--impl solutions]
+    PYTHONPATH=$PWD python benchmarks/cs336/run.py --repo /tmp/cs336 [--impl solutions|torch_fsdp2]
 
 Prints one line per test (passed / failed, with the failure's last line) and ``--json`` writes them.
 """
@@ -79,7 +79,7 @@ def run(repo: str = DEFAULT_REPO, impl: str = "scratch", timeout: float = 900) -
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repo", default=DEFAULT_REPO)
-    ap.add_argument("--impl", choices=("scratch", "solutions"), default="scratch")
+    ap.add_argument("--impl", choices=("scratch", "solutions", "torch_fsdp2"), default="scratch")
     ap.add_argument("--json")
     a = ap.parse_args()
     if not available(a.repo):
