@@ -69,11 +69,19 @@ def run(repo: str = DEFAULT_REPO, impl: str = "scratch", timeout: float = 900) -
         results[m.group(2)] = {"outcome": m.group(1).lower(), "why": ""}
     # The reason of a failure inside a spawned rank: the assertion's own message (e.g. "Step 0: Parameter
     # embedding.weight mismatch. Max diff: 2.9e-09"), in the order the failures are reported.
-    reasons = re.findall(r"AssertionError: (.+)", out)
+    reasons = [m.group(1) for m in re.finditer(r"^(?:E\s+)?((?:AssertionError|[A-Za-z]+Error)(?<!ProcessRaisedException): .+)$",
+                                                out, re.M) if "ProcessRaisedException" not in m.group(1)]
+    # one reason per failed test: the first error line of each spawned failure, in report order
+    reasons = [r.split(": ", 1)[1] if r.startswith("AssertionError: ") else r for r in _dedupe(reasons)]
     for r, why in zip((r for r in results.values() if r["outcome"] != "passed"), reasons):
         r["why"] = why.strip()[:300]
     return {"commit": commit, "impl": impl, "results": results, "returncode": proc.returncode,
             "tail": out[-3000:]}
+
+
+def _dedupe(lines: list[str]) -> list[str]:
+    """Consecutive repeats removed (pytest prints a spawned failure's error line more than once)."""
+    return [ln for i, ln in enumerate(lines) if i == 0 or ln != lines[i - 1]]
 
 
 def main() -> None:

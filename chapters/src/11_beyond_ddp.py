@@ -447,15 +447,18 @@ assert flat["frozen_weight_moved"] > 0 and per["frozen_weight_moved"] == 0.0
 # **Stanford CS336's tests.** Assignment 2 of Stanford's CS336 (*Language Modeling from Scratch*)
 # tests a student's sharded optimiser and FSDP. `benchmarks/cs336/run.py` runs those tests
 # (`tests/test_sharded_optimizer.py`, `tests/test_fsdp.py`, from a copy you fetch; their code is
-# not in this course) against this course's ZeRO-1 and FSDP through a thin adapter.
-# *Reported* (that script, on the course's CI machine): both sharded-optimizer tests (AdamW with
-# weight decay, a frozen bias, tied weights) pass; of the FSDP tests, fp16 compute and both
-# gradient-sync tests pass, and `test_fsdp_correctness[fp32]` fails by about one float32 ulp: it
+# not in this course) against this course's ZeRO-1 and FSDP through a thin adapter
+# (`benchmarks/cs336/adapters.py`). *Reported* (that script, assignment commit 9d95f3b, on the
+# course's development machine): both sharded-optimizer tests (AdamW with weight decay, a frozen
+# bias, tied weights) pass; of the FSDP tests, fp16 compute and both gradient-sync tests pass, and
+# `test_fsdp_correctness[fp32]` fails by 1.5e-8 on `linear1.weight`, float32 rounding (1-2 ulps): it
 # demands *bitwise* equality with training on the full batch, but the mean of two half-batch
-# gradients is not bitwise the full-batch gradient (the sums run in another order) — torch's own
-# FSDP2 fails it the same way. Their gradient-sync test checks the wrapped module's parameters: in
-# the flat design those are the empty, frozen placeholders above, so the test's loop has nothing to
-# check — the flat-parameter difference again.
+# gradients is not bitwise the full-batch gradient (the sums run in another order). Torch's own
+# FSDP2 through the same adapter (`--impl torch_fsdp2`) fails it identically, same parameter, same
+# difference. Their gradient-sync test checks the wrapped module's parameters: in the flat design
+# those are the empty, frozen placeholders above, so its loop has nothing to check and passes —
+# the flat-parameter difference again; with FSDP2 it errors instead, because it all-gathers the
+# norm weights' gradients as if they were replicated tensors, and FSDP2 shards those too.
 
 # %% [markdown]
 # ## Exercise 11.2 — FSDP from scratch (the flat design)
