@@ -636,7 +636,7 @@ print(f"dp rank 0 (both of its tp ranks) holds rows {dp0[:len(dp0) // 2][0]}..{d
 assert not contiguous and "_StridedShard(dim=0, sf=2)" in m2[0]["placements"]["0.weight"]
 
 # %% [markdown]
-# Chapter 12 takes tensor parallelism further: written from scratch, with sequence, context and
+# The next chapter takes tensor parallelism further: written from scratch, with sequence, context and
 # expert parallelism beside it.
 #
 # ## 4. Where the field stands — the article's outlook, corrected
