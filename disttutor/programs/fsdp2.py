@@ -116,7 +116,12 @@ def sent_bytes(model, opt_, xb, yb) -> int | None:
 
 
 def peak_memory(model, opt_, xb, yb) -> dict:
-    """Peak bytes on this rank during one step, by category (torch's FSDPMemTracker, CPU tensors too)."""
+    """Peak bytes on this rank during one step, by category (torch's FSDPMemTracker, CPU tensors too).
+
+    FSDPMemTracker lives in torch's private ``_tools``: torch has no public memory counter for CPU
+    tensors (``torch.cuda.max_memory_allocated`` is CUDA only), and this one knows FSDP2's categories
+    (sharded and unsharded parameters, all-gather and reduce-scatter buffers). The snapshot is taken at
+    the moment the total peaks."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     step(model, opt_, xb, yb)  # optimiser state exists from here on, as in steady training
@@ -219,7 +224,7 @@ def run(cfg: FSDP2Config) -> None:
         out["unit_params"]["root"] = sum(p.numel() for p in new().parameters()) - cfg.blocks * out["unit_params"]["block"]
 
         # 1. Trained like one process (fp32; with activation checkpointing too).
-        ref, ref_opt = new(), None
+        ref = new()
         ref_opt = S.adamw(ref.parameters(), cfg.lr)
         models = {"fsdp2": shard(new(), mesh), "fsdp2_ac": shard(new(checkpoint=True), mesh)}
         opts = {k: S.adamw(m.parameters(), cfg.lr) for k, m in models.items()}
