@@ -6,7 +6,7 @@ repository: point ``--repo`` (or ``CS336_REPO``) at a checkout or a bare git dir
 by :mod:`benchmarks.cs336.adapters`, and pytest runs there. Reproduce::
 
     git clone https://github.com/stanford-cs336/assignment2-systems /tmp/cs336
-    pip install einops einx jaxtyping          # what cs336_basics.model imports
+    pip install -e ".[cs336]"                  # einops, einx, jaxtyping: what cs336_basics.model imports
     PYTHONPATH=$PWD python benchmarks/cs336/run.py --repo /tmp/cs336 [--impl solutions|torch_fsdp2]
 
 Prints one line per test (passed / failed, with the failure's last line) and ``--json`` writes them.
