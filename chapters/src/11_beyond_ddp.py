@@ -249,7 +249,7 @@ print("per unit and step: 1 all-gather forward, 1 all-gather backward, 1 reduce-
 # all-gather is issued *before* block 3's reduce-scatter, so it can run while block 3 still computes.
 # Gloo runs a collective on its own thread, so the trace shows a prefetched all-gather overlapping the
 # compute even on CPU ranks; whether the step gets faster depends on a free core for that thread
-# (on this machine, with 2 ranks on its cores, the times below say). On GPUs the all-gather runs on a
+# (on this machine, with 2 ranks sharing its cores: the times printed under the figure). On GPUs the all-gather runs on a
 # separate CUDA stream, and this overlap is what makes FSDP's extra communication affordable.
 #
 # **Bytes per step.** Let *P* be the parameter bytes (fp32: 4 per parameter). DDP all-reduces every
