@@ -69,17 +69,25 @@ def test_zero1_moving_the_frozen_parameter_is_caught(no_leftovers):
 
 @pytest.mark.timeout(TIMEOUT)
 def test_fsdp_summing_instead_of_averaging_is_caught(no_leftovers):
-    res = check_fsdp(mutated(FSDP, ("piece.float().div_(world)", "piece.float()")))
+    res = check_fsdp(mutated(FSDP, ("piece.float().div_(self.world)", "piece.float()")))
     assert not res.passed
     assert "SGD, step 0" in str(res) and "Averaged gradients" in str(res)
 
 
 @pytest.mark.timeout(TIMEOUT)
 def test_fsdp_sharding_the_frozen_parameter_is_caught(no_leftovers):
-    # " if p.requires_grad]" ends both list comprehensions (entries and the flat vector)
-    res = check_fsdp(mutated(FSDP, (" if p.requires_grad]", "]"), ("if p.requires_grad:", "if True:")))
+    # " if p.requires_grad]" ends the list of trainable parameters: the frozen one is flattened and sharded too
+    res = check_fsdp(mutated(FSDP, (" if p.requires_grad]", "]")))
     assert not res.passed
     assert "the frozen pos.weight is in your shard" in str(res)  # caught by storage, before it can move
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_fsdp_that_keeps_the_full_copies_is_caught(no_leftovers):
+    # requires_grad is turned off (so the optimiser sees only the shard), but the full copies stay in memory
+    res = check_fsdp(mutated(FSDP, ("p.data = p.data.new_empty(0)", "pass")))
+    assert not res.passed
+    assert "the full copies of the trainable parameters are still stored" in str(res)
 
 
 REPLICATED = '''

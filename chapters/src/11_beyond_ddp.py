@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import disttutor
+from disttutor.checks import hint
 from disttutor.checks.sharding import BF16_RTOL, FP32_RTOL, check_fsdp, check_zero1
 from disttutor.viz import sharding as viz
 
@@ -86,9 +87,9 @@ plt.show()
 # * The calculator ignores the transient full weights FSDP gathers for a unit's forward and
 #   backward. This program's FSDP2 has two units: `fully_shard(base.mlp)`, then `fully_shard(base)`
 #   for the root (the embeddings, LayerNorm and the head, kept together because the head's weight is
-#   tied to the embedding); the scratch version is one unit, the whole model. How much is full at
-#   once is not measured here; a real model makes each transformer block its own unit so that only
-#   a few blocks' weights are gathered at a time.
+#   tied to the embedding); the scratch version is one unit, the whole model. A real model makes each
+#   transformer block its own unit, so that only a few blocks' weights are full at a time: section 2
+#   does that and measures it.
 #
 # Every strategy computes the same training. Checked, on every rank of both runs:
 
@@ -136,7 +137,7 @@ print(f"checkpoint files (4 ranks): {by_world[4][0]['checkpoint']['files']}; rel
 # and **broadcasts** every parameter from its owner. Gradients arrive already averaged (DDP's job).
 # The checker trains `tiny_lm` with AdamW (weight decay on), compares with one process after each
 # step, and adds up the optimiser state over the ranks: it must be stored exactly once.
-# `disttutor.checks.hint("11.1")` gives a nudge.
+# The cell under the stub gives a hint, one step further each time you run it.
 
 # %%
 class ZeroOne(torch.optim.Optimizer):
@@ -148,38 +149,408 @@ class ZeroOne(torch.optim.Optimizer):
 
 
 # %%
+print(hint("11.1"))  # each call goes one step further: a nudge, the calls, then where the solution is
+
+# %%
 print(check_zero1(ZeroOne))
 
 # %% [markdown]
-# ## Exercise 11.2 — FSDP from scratch
+# ## 2. FSDP2 in full: the code you write, its communication and its memory, measured
 #
-# Write `FSDP(module, compute_dtype=None)`, an `nn.Module`: flatten the trainable parameters into
-# one fp32 vector, pad it to a multiple of the world size, keep only your slice as an
-# `nn.Parameter` (the master shard: the optimiser, built on the parameters that require grad, sees
-# only it). In `forward` all-gather the shards in `compute_dtype`, run the module on views of the
-# full vector (`torch.func.functional_call`); in backward reduce-scatter the gradient and average
-# it. Add `full_parameters()`: every parameter, whole, by name. The checker trains with SGD first
-# (AdamW would not notice a gradient summed instead of averaged: Adam divides by the gradient's own
-# size), then AdamW in fp32 and bf16.
+# **FSDP** (fully sharded data parallel; ZeRO stage 3) keeps only a shard of every weight on each rank
+# and gathers a **unit**'s full weights just before that unit runs. The unit is the practitioner's one
+# real decision. `disttutor/programs/fsdp2.py` trains `disttutor.sharding.blocks.BlockLM` — an
+# embedding, four residual blocks, a final LayerNorm and an output layer tied to the embedding — with
+# the lines torchtitan and the PyTorch tutorials write: **`fully_shard` on every block, then on the
+# root**:
 
 # %%
+from disttutor.course.source import show_code
+
+show_code("disttutor.programs.fsdp2", "fully_shard")
+
+# %% [markdown]
+# After these calls every parameter is a **DTensor** (section 3 shows placements on real ranks):
+# `Shard(dim=0)` over the 1-D mesh, so each of 2 ranks holds half of every weight's rows. Each
+# `fully_shard(block)` installs hooks on that block: *pre-forward* all-gathers the block's shards
+# into full weights, *post-forward* frees them again (that is `reshard_after_forward=True`, the
+# default), *pre-backward* gathers them once more, and when backward has the block's gradients
+# *post-backward* **reduce-scatters** them (each rank receives the sum of its own shard's gradient,
+# divided by the world size) and frees the full weights. The root unit holds what is left: the
+# embeddings, the final norm and the tied head — a tied weight must live in one unit. One launch
+# on 2 ranks measures everything in this section:
+
+# %%
+f2run = disttutor.launch("fsdp2", nproc=2, **LAUNCH)
+F2 = f2run.results
+up = F2[0]["unit_params"]
+print(f"BlockLM: {F2[0]['n_params']} parameters; each block unit {up['block']}, the root unit {up['root']}")
+for k, v in F2[0]["vs_one_process"].items():
+    print(f"{k:9}: 3 AdamW steps on 2 ranks vs one process on the full batch: largest difference {v:.1e}")
+for r in F2:  # fp32, the same sums in another order (rank-local halves, then a reduce-scatter): ulps of O(1) values
+    assert max(r["vs_one_process"].values()) < 1e-5, r["vs_one_process"]
+
+# %% [markdown]
+# ### 2.1 Communication, measured: one all-gather per unit forward and backward, one reduce-scatter
+#
+# The program profiles one step with `torch.profiler` (`record_shapes=True`) and reads the trace
+# the way chapter 9 does: FSDP2 names its regions (`FSDP::all_gather (blocks.0)`,
+# `FSDP::post_backward_reduce (blocks.0)`), the c10d operator inside each one carries its tensors'
+# sizes, and gloo's own thread records when the bytes really move
+# (`disttutor.sharding.comm_trace`). **Prefetching** means issuing the *next* unit's all-gather
+# before the current unit computes, so the transfer can hide behind the compute. FSDP2 prefetches
+# one unit in backward by default; forward prefetching is opt-in. Both conditions, as the program
+# sets them:
+
+# %%
+show_code("disttutor.programs.fsdp2", "prefetch")
+
+# %%
+fig = viz.fsdp_timeline_figure(F2)
+plt.show()
+for cond in ("prefetch off", "prefetch on"):
+    ms = [sum(d for s, d in r["comm"][cond]["regions"][p]) for r in F2 for p in ("forward", "backward")]
+    print(f"{cond:12}: forward + backward {max(ms[0::2]) + max(ms[1::2]):.1f} ms (slowest rank's regions; one step)")
+print(f"load average {os.getloadavg()[0]:.1f} on {disttutor.cores()} cores: one profiled step each, so these times "
+      "are noisy; the order of the collectives below is not")
+
+# %% tags=["nbval-check-output"]
+from collections import Counter
+
+for cond in ("prefetch off", "prefetch on"):
+    for r in F2:
+        calls = r["comm"][cond]["calls"]
+        per_unit = Counter((c["op"], c["phase"], c["unit"]) for c in calls)
+        units = ["root"] + [f"blocks.{i}" for i in range(4)]
+        # every unit: one all-gather in forward, one in backward, one reduce-scatter; nothing else
+        assert per_unit == Counter({(op, ph, u): 1 for u in units
+                                    for op, ph in (("all_gather", "forward"), ("all_gather", "backward"),
+                                                   ("reduce_scatter", "backward"))}), per_unit
+        assert all(c["backend_op"] == ("all_gather" if c["op"] == "all_gather" else "all_reduce") for c in calls)
+
+
+def backward_order(cond, rank=0):
+    return [f"{'AG' if c['op'] == 'all_gather' else 'RS'}{c['unit'].split('.')[-1][0]}"
+            for c in F2[rank]["comm"][cond]["calls"] if c["phase"] == "backward" and c["unit"] != "root"]
+
+
+for cond in ("prefetch off", "prefetch on"):
+    print(f"{cond:12}: backward issues {' '.join(backward_order(cond))}")
+off, on = backward_order("prefetch off"), backward_order("prefetch on")
+assert off[:3] == ["AG3", "RS3", "AG2"]  # without prefetching: gather block 2 only after block 3 is done
+assert on[:3] == ["AG3", "AG2", "RS3"]   # with it: block 2's gather is issued before block 3's reduce-scatter
+print("per unit and step: 1 all-gather forward, 1 all-gather backward, 1 reduce-scatter; "
+      "gloo runs every reduce-scatter as an all_reduce")
+
+# %% [markdown]
+# Read the figure from the left: in forward, `F0`..`F3` compute one block each, every one after its
+# blue all-gather; in backward (shaded blue), every block's gradient is reduce-scattered (red) when
+# backward leaves it. The order check above is the difference prefetching makes: with it, block 2's
+# all-gather is issued *before* block 3's reduce-scatter, so it can run while block 3 still computes.
+# Gloo runs a collective on its own thread, so the trace shows a prefetched all-gather overlapping the
+# compute even on CPU ranks; whether the step gets faster depends on a free core for that thread
+# (on this machine, with 2 ranks sharing its cores: the times printed under the figure). On GPUs the all-gather runs on a
+# separate CUDA stream, and this overlap is what makes FSDP's extra communication affordable.
+#
+# **Bytes per step.** Let *P* be the parameter bytes (fp32: 4 per parameter). DDP all-reduces every
+# gradient once: payload *P*. FSDP all-gathers every unit in forward and again in backward, and
+# reduce-scatters every gradient: payload **3P**. What a rank *sends* in the ring algorithm is
+# (n−1)/n of an all-gather's or reduce-scatter's payload and 2(n−1)/n of an all-reduce's (a
+# reduce-scatter followed by an all-gather, chapter 2) — so FSDP sends **3/2 = 1.5×** what DDP
+# sends. The program counts the payload from the trace and the bytes each rank really handed to its
+# sockets during an unprofiled step (`/proc/self/io`, Linux):
+
+# %%
+from disttutor.sharding.comm_trace import ring_wire_bytes
+
+n = F2[0]["world"]
+rows = []
+for r in F2:
+    calls = r["comm"]["prefetch off"]["calls"]
+    payload = sum(c["bytes"] for c in calls)
+    formula = sum(ring_wire_bytes(c["op"], c["bytes"], n) for c in calls)
+    gloo_formula = sum(ring_wire_bytes("all_reduce" if c["op"] == "reduce_scatter" else c["op"], c["bytes"], n)
+                       for c in calls)  # gloo: reduce-scatter = all-reduce of the whole tensor
+    ddp_formula = ring_wire_bytes("all_reduce", r["ddp_allreduce_bytes"], n)
+    rows.append(dict(payload=payload, formula=formula, gloo=gloo_formula, sent=r["comm"]["prefetch off"]["sent_bytes"],
+                     ddp_payload=r["ddp_allreduce_bytes"], ddp_formula=ddp_formula, ddp_sent=r["ddp_sent_bytes"]))
+P = F2[0]["n_params"] * 4
+r0 = rows[0]
+print(f"P = {F2[0]['n_params']} parameters x 4 bytes = {P} bytes; {n} ranks")
+print(f"{'':24}{'payload':>10}{'ring formula':>14}{'sent (measured)':>17}")
+print(f"{'DDP (all-reduce)':24}{r0['ddp_payload']:>10}{r0['ddp_formula']:>14.0f}{r0['ddp_sent'] or 0:>17}")
+print(f"{'FSDP2 (AG + AG + RS)':24}{r0['payload']:>10}{r0['formula']:>14.0f}{r0['sent'] or 0:>17}")
+print(f"FSDP2 / DDP: payload {r0['payload'] / r0['ddp_payload']:.2f}x, ring formula {r0['formula'] / r0['ddp_formula']:.2f}x, "
+      f"sent on gloo {r0['sent'] / r0['ddp_sent']:.2f}x (gloo's reduce-scatter is an all-reduce: formula "
+      f"{r0['gloo'] / r0['ddp_formula']:.2f}x)")
+for row in rows:
+    assert row["ddp_payload"] == P and row["payload"] == 3 * P  # counted from the trace: exact
+    assert row["formula"] == 1.5 * row["ddp_formula"]            # the ring formula's 1.5x
+    if row["sent"] is not None:  # Linux: measured bytes = the formula plus gloo's message headers (< 2%)
+        assert 1.0 <= row["ddp_sent"] / row["ddp_formula"] < 1.02, row
+        assert 1.0 <= row["sent"] / row["gloo"] < 1.02, row
+mp_calls = F2[0]["comm"]["bf16 params"]["calls"]
+ag_bf16 = sum(c["bytes"] for c in mp_calls if c["op"] == "all_gather")
+ag_fp32 = sum(c["bytes"] for c in F2[0]["comm"]["prefetch off"]["calls"] if c["op"] == "all_gather")
+assert ag_bf16 * 2 == ag_fp32  # bf16 all-gathers: half the bytes (MixedPrecisionPolicy, 2.3)
+
+# %% [markdown]
+# Measured and formula agree to the byte in the payload and within gloo's headers on the wire — with
+# one surprise the trace explains: **gloo has no native reduce-scatter** and runs it as an all-reduce
+# of the whole gradient, so on CPU ranks FSDP sends twice DDP's bytes, not 1.5×. NCCL (GPUs) has a
+# native ring reduce-scatter: there the 1.5× of the formula holds. FSDP buys its memory saving
+# with communication; at large scale that is a good trade, because it overlaps with compute and the
+# memory would not fit otherwise.
+#
+# ### 2.2 Peak memory per rank: `reshard_after_forward`, and activation checkpointing
+#
+# `reshard_after_forward=True` frees each block's full weights right after its forward, so they
+# must be gathered again in backward (the second all-gather above). `False` keeps them from forward
+# to backward: no second all-gather, more memory — ZeRO-2-like for the weights. torch's
+# `FSDPMemTracker` (`torch.distributed._tools`) counts every tensor by what it is, on CPU too; the
+# program ran one step under it in three configurations. **Activation checkpointing**
+# (`torch.utils.checkpoint`, `use_reentrant=False`, wrapped around each block in
+# `BlockLM.forward`) keeps only each block's input and recomputes its activations in backward:
+
+# %%
+mem = {rank: r["memory"] for rank, r in enumerate(F2)}
+cats = ("UNSHARDED_PARAM", "ALL_GATHER", "ACT", "Total")
+print(f"peak bytes on rank 0 during one step{'':8}" + "".join(f"{c:>17}" for c in cats))
+for cfg_name, m in mem[0].items():
+    print(f"{cfg_name:44}" + "".join(f"{m[c]:>17}" for c in cats))
+block_bytes, root_bytes = up["block"] * 4, up["root"] * 4
+for rank, m in mem.items():
+    t, f, ac = m["reshard_after_forward=True"], m["reshard_after_forward=False"], m["True + activation checkpointing"]
+    # resharding: one block's full weights alive at a time (two while a prefetched one arrives), plus the root's.
+    # The snapshot is taken at the step's peak total; gloo frees buffers on its own thread, so allow the second block.
+    assert root_bytes < t["UNSHARDED_PARAM"] <= 2 * block_bytes + root_bytes, (rank, t)
+    assert f["UNSHARDED_PARAM"] > t["UNSHARDED_PARAM"] and f["Total"] > t["Total"]
+    assert ac["ACT"] < t["ACT"]  # only the blocks' inputs are kept, the rest is recomputed
+t0, f0 = mem[0]["reshard_after_forward=True"], mem[0]["reshard_after_forward=False"]
+print(f"full weights at the peak: with resharding {t0['UNSHARDED_PARAM']} bytes = "
+      f"{(t0['UNSHARDED_PARAM'] - root_bytes) / block_bytes:.0f} block(s) + the root ({block_bytes} + {root_bytes}); "
+      f"without: {f0['UNSHARDED_PARAM']} bytes, the peak total {f0['Total'] / t0['Total']:.2f}x")
+print(f"activation checkpointing: activations at the peak {mem[0]['True + activation checkpointing']['ACT']} "
+      f"instead of {t0['ACT']} bytes; trained result vs without: "
+      f"{'identical' if max(r['ac_vs_no_ac'] for r in F2) == 0 else 'differs'}")
+# the recompute runs the same ops on the same values: on one machine, the same bits (allow fp32 ulps elsewhere)
+assert max(r["ac_vs_no_ac"] for r in F2) < 1e-6
+
+# %% [markdown]
+# On a real model the blocks dominate: a 32-block model resharded keeps 1/32 of the weights full at a
+# time instead of all of them, which is why `reshard_after_forward=True` is the default. Common
+# practice (torchtitan) sets it `False` for the *last* block only: backward needs that block first,
+# so freeing and re-gathering it would be wasted bytes. Activation checkpointing trades compute (one
+# more forward per block) for activation memory, the largest term at long sequence lengths.
+#
+# ### 2.3 `MixedPrecisionPolicy`
+#
+# `fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`
+# keeps the **sharded** parameters, their gradients and the optimiser state in fp32 (the *master
+# weights*), casts each shard to bf16 **before** the all-gather (half the bytes on the wire, checked
+# above), computes in bf16, and reduce-scatters the gradients in `reduce_dtype`. What the program saw:
+
+# %%
+mpd = F2[0]["mixed_precision"]
+print(f"inside blocks.0 during forward: weight {mpd['in_forward']['weight']}, output {mpd['in_forward']['output']}")
+print(f"the sharded parameter: {mpd['sharded_param']}, its gradient: {mpd['grad_after_step']}, "
+      f"AdamW's state: {mpd['optimizer_state']}")
+rs_dtypes = {c["dtype"] for c in mp_calls if c["op"] == "reduce_scatter"}
+print(f"all-gathers: {ag_bf16} bytes in {({c['dtype'] for c in mp_calls if c['op'] == 'all_gather'})}, "
+      f"reduce-scatters in {rs_dtypes} (reduce_dtype)")
+assert mpd["in_forward"] == {"weight": "torch.bfloat16", "output": "torch.bfloat16"}
+assert mpd["sharded_param"] == mpd["grad_after_step"] == mpd["optimizer_state"] == "torch.float32"
+assert rs_dtypes == {"float"}
+
+# %% [markdown]
+# On CPU ranks bf16 saves communication bytes but rarely time: most CPUs have no fast bf16 matrix
+# units, so the casts cost more than the matmuls gain (the plain script below therefore defaults to
+# fp32). On GPUs bf16 compute is several times faster than fp32, and this policy is the default in
+# practice.
+#
+# ### 2.4 A sharded checkpoint: DCP with `get_state_dict` / `set_state_dict`
+#
+# Chapter 10 saved with `torch.distributed.checkpoint` (DCP); with FSDP2 it matters more, because no
+# rank holds the whole model. The state-dict API gives **sharded** state dicts (DTensors; optimiser
+# state keyed by parameter name), DCP writes each rank's shards in parallel:
+
+# %%
+show_code("disttutor.programs.fsdp2", "dcp")
+
+# %%
+ck = F2[0]["checkpoint"]
+print(f"files: {ck['files']}")
+print(f"reloaded shards equal on every rank: parameters {all(r['checkpoint']['params_equal'] for r in F2)}, "
+      f"AdamW state {all(r['checkpoint']['optimizer_equal'] for r in F2)}; one more step from each: "
+      f"largest difference {max(r['checkpoint']['resumed_diff'] for r in F2):.1e}")
+for r in F2:
+    assert r["checkpoint"]["params_equal"] and r["checkpoint"]["optimizer_equal"]
+    assert r["checkpoint"]["resumed_diff"] == 0.0  # same state, same data, same ops: the same bits
+    assert ".metadata" in r["checkpoint"]["files"] and len([f for f in r["checkpoint"]["files"] if f.endswith(".distcp")]) == n
+
+# %% [markdown]
+# ### 2.5 The same, as a plain script to keep
+#
+# `disttutor/plain/fsdp2.py` is all of the above that you would copy into your own project, torch
+# only: `fully_shard` per block then the root, a few AdamW steps, a DCP save and reload. It runs
+# as `torchrun --nproc-per-node 2 fsdp2.py` on CPU (gloo) and unchanged on GPUs (NCCL); a test runs it:
+
+# %%
+show_code("disttutor.plain.fsdp2")
+
+# %% [markdown]
+# ### 2.6 FSDP1's flat parameter vs FSDP2's per-parameter shards
+#
+# Torch's first FSDP (`FullyShardedDataParallel`, "FSDP1") and this course's scratch FSDP
+# (`disttutor/scratch/fsdp.py`, Exercise 11.2) **flatten** a unit's parameters into one
+# `FlatParameter` and shard that vector. FSDP2 (`fully_shard`) shards **every parameter on its own**,
+# as a DTensor along dim 0. The program wrapped the same small model both ways and listed
+# `named_parameters()`, then froze `blocks.0.up.weight` *after* wrapping (`requires_grad_(False)`,
+# the usual fine-tuning move) and took one SGD step:
+
+# %%
+views = F2[0]["views"]
+for design in ("flat (FSDP1-style)", "per-parameter (FSDP2)"):
+    v = views[design]
+    print(f"{design}: model.parameters() yields {v['n_parameters']} tensors; the first ones:")
+    for name, shape, local, kind, placement in v["parameters"][:4]:
+        print(f"    {name:28} {kind:9} shape {str(shape):9} this rank holds {str(local):9} {placement}")
+    if v["n_placeholders"]:
+        print(f"    ... and {v['n_placeholders']} of the module's own parameters are now empty placeholders, e.g. "
+              f"{v['placeholders'][0][0]} {v['placeholders'][0][1]}")
+    print(f"    froze blocks.0.up.weight after wrapping; one SGD step moved it by {v['frozen_weight_moved']:.2g}")
+print(f"torch's FSDP1 on this machine: {views['fsdp1_error'] or 'runs'}")
+flat, per = views["flat (FSDP1-style)"], views["per-parameter (FSDP2)"]
+assert flat["parameters"][0][0] == "shard" and flat["n_placeholders"] == per["n_parameters"]
+assert all(kind == "DTensor" for _, _, _, kind, _ in per["parameters"])
+assert flat["frozen_weight_moved"] > 0 and per["frozen_weight_moved"] == 0.0
+
+# %% [markdown]
+# What changes for you:
+#
+# * **Inspecting `model.parameters()`.** With a flat parameter you see one anonymous 1-D shard; the
+#   names, shapes and per-weight statistics (gradient norms, weight decay groups by name) are gone
+#   until you ask the wrapper to gather them (FSDP1's `summon_full_params`). With FSDP2 every
+#   parameter keeps its name and its global shape; `p.to_local()` is this rank's rows,
+#   `p.full_tensor()` gathers it.
+# * **Freezing one weight.** In the flat design `requires_grad` belongs to the whole flat vector: the
+#   frozen weight above *kept training*, silently. FSDP1 therefore requires every parameter of a unit
+#   to share `requires_grad` (or `use_orig_params=True`, which fakes per-parameter views on the flat
+#   storage). FSDP2 freezes exactly that weight: it got no gradient and did not move.
+# * **Why the flat design existed**: one all-gather of one contiguous buffer per unit is the fastest
+#   communication. FSDP2 keeps that — it copies the unit's shards into one buffer for each
+#   all-gather (the `FSDP::all_gather_copy_out` regions in the trace) — while the user sees
+#   ordinary, named, DTensor parameters. That is why FSDP2 composes with tensor parallelism on a 2D
+#   mesh (section 3) and with DCP, and FSDP1 is deprecated.
+# * torch's FSDP1 needs an accelerator (the line above), so the flat view here is the course's own.
+#
+# **Stanford CS336's tests.** Assignment 2 of Stanford's CS336 (*Language Modeling from Scratch*)
+# tests a student's sharded optimiser and FSDP. `benchmarks/cs336/run.py` runs those tests
+# (`tests/test_sharded_optimizer.py`, `tests/test_fsdp.py`, from a copy you fetch; their code is
+# not in this course) against this course's ZeRO-1 and FSDP through a thin adapter
+# (`benchmarks/cs336/adapters.py`). *Reported* (that script, assignment commit 9d95f3b, on the
+# course's development machine): both sharded-optimizer tests (AdamW with weight decay, a frozen
+# bias, tied weights) pass; of the FSDP tests, fp16 compute and both gradient-sync tests pass, and
+# `test_fsdp_correctness[fp32]` fails by 1.5e-8 on `linear1.weight`, float32 rounding (1-2 ulps): it
+# demands *bitwise* equality with training on the full batch, but the mean of two half-batch
+# gradients is not bitwise the full-batch gradient (the sums run in another order). Torch's own
+# FSDP2 through the same adapter (`--impl torch_fsdp2`) fails it identically, same parameter, same
+# difference. Their gradient-sync test checks the wrapped module's parameters: in the flat design
+# those are the empty, frozen placeholders above, so its loop has nothing to check and passes —
+# the flat-parameter difference again; with FSDP2 it errors instead, because it all-gathers the
+# norm weights' gradients as if they were replicated tensors, and FSDP2 shards those too.
+
+# %% [markdown]
+# ## Exercise 11.2 — FSDP from scratch (the flat design)
+#
+# Now build the flat-parameter design yourself, one unit (the whole module). The skeleton below has
+# everything but the communication: `__init__` flattens the *trainable* parameters into one fp32
+# vector, pads it to a multiple of the world size and keeps this rank's slice as the only
+# `nn.Parameter` (the master shard: the optimiser sees only it); `_Unit`, a `torch.autograd.Function`,
+# is the unit's boundary — its forward calls your `gather` before the module runs, its backward calls
+# your `reduce_scatter` when backward reaches the unit; `forward` runs the module on views of the
+# gathered vector (`torch.func.functional_call`). You write three methods:
+#
+# 1. `free(params)` — after sharding, the full copies must stop being trainable **and** stop taking
+#    memory;
+# 2. `gather(shard, dtype)` — every rank's shard, in rank order, as one vector in `dtype`
+#    (`dist.all_gather_single`; older code calls it `all_gather_into_tensor`, deprecated in torch 2.13);
+# 3. `reduce_scatter(grad_full)` — the gradient of the whole padded vector → this rank's slice of
+#    the **average** over ranks, in fp32 (`dist.reduce_scatter_single`; formerly `reduce_scatter_tensor`).
+#
+# The checker trains `tiny_lm` (tied embedding, frozen positional embedding) with SGD first (AdamW
+# would not notice a gradient summed instead of averaged: Adam divides by the gradient's own size),
+# then AdamW in fp32 and bf16, against one process; it also adds up what every rank stores.
+
+# %%
+import torch.distributed as dist
+
+
+class _Unit(torch.autograd.Function):
+    """The unit's boundary (given): forward gathers the whole flat vector, backward reduce-scatters its gradient."""
+
+    @staticmethod
+    def forward(ctx, shard, fsdp):
+        ctx.fsdp = fsdp
+        return fsdp.gather(shard.detach(), fsdp.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_full):
+        return ctx.fsdp.reduce_scatter(grad_full), None
+
+
 class FSDP(torch.nn.Module):
     def __init__(self, module, compute_dtype=None):
         super().__init__()
-        raise NotImplementedError("Exercise 11.2: flatten, pad and shard the trainable parameters")
+        self.module, self.dtype = module, compute_dtype or torch.float32
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]  # frozen ones stay whole
+        self.entries = [(n, p.shape) for n, p in trainable]
+        flat = torch.cat([p.detach().flatten().float() for _, p in trainable])
+        self.numel = flat.numel()
+        size = -(-self.numel // self.world)  # ceil: equal shards, the last one padded with zeros
+        flat = torch.nn.functional.pad(flat, (0, size * self.world - self.numel))
+        self.flat_shard = torch.nn.Parameter(flat[self.rank * size:(self.rank + 1) * size].clone())  # fp32 master
+        self.free([p for _, p in trainable])
+
+    def free(self, params):
+        raise NotImplementedError("Exercise 11.2: free the full copies (not trainable, and no memory)")
+
+    def gather(self, shard, dtype):
+        raise NotImplementedError("Exercise 11.2: all-gather every rank's shard into one vector in dtype")
+
+    def reduce_scatter(self, grad_full):
+        raise NotImplementedError("Exercise 11.2: reduce-scatter the gradient, average it, return fp32")
 
     def forward(self, *inputs):
-        raise NotImplementedError("Exercise 11.2: all-gather, functional_call, reduce-scatter in backward")
+        full = _Unit.apply(self.flat_shard, self)  # all-gathered here; reduce-scattered in backward
+        params, i = {}, 0
+        for n, shape in self.entries:
+            params[n] = full[i:i + shape.numel()].view(shape)
+            i += shape.numel()
+        for n, p in self.module.named_parameters():
+            params.setdefault(n, p.to(self.dtype))  # frozen ones: kept whole, only cast
+        return torch.func.functional_call(self.module, params, inputs).float()
 
+    @torch.no_grad()
     def full_parameters(self):
-        raise NotImplementedError("Exercise 11.2: all-gather the fp32 shards, return {name: tensor}")
+        flat, full, i = self.gather(self.flat_shard.detach(), torch.float32), {}, 0
+        for n, shape in self.entries:
+            full[n] = flat[i:i + shape.numel()].view(shape).clone()
+            i += shape.numel()
+        for n, p in self.module.named_parameters():
+            full.setdefault(n, p.detach().clone())
+        return full
 
+
+# %%
+print(hint("11.2"))  # each call goes one step further: a nudge, the calls, then where the solution is
 
 # %%
 print(check_fsdp(FSDP))
 
 # %% [markdown]
-# ## 2. Tensor parallelism: split the layers, not the batch
+# ## 3. Tensor parallelism: split the layers, not the batch
 #
 # FSDP still runs every layer whole on every rank (after gathering it). **Tensor parallelism**
 # (Megatron-LM, Shoeybi et al. 2019) splits each layer's matrices, so no rank ever holds a whole
@@ -243,7 +614,32 @@ viz.mesh_figure(tp.results)
 plt.show()
 
 # %% [markdown]
-# ## 3. Where the field stands — the article's outlook, corrected
+# **`_StridedShard(dim=0, sf=2)`**, in the placements just printed, is what FSDP's `Shard(0)`
+# becomes when tensor parallelism has split the same dimension first. `ColwiseParallel` gave each
+# TP rank a contiguous block of `mlp[0].weight`'s rows; `fully_shard` on the `dp` mesh dimension then
+# split *each TP rank's block* in two. Seen from the dp dimension alone, dp rank 0's rows are not
+# one contiguous slice of the global weight but `sf = 2` pieces (one inside each TP block), a
+# *strided* shard — and DTensor records that, so that `full_tensor()` and DCP put the rows back in
+# the right order. The rows each rank stores, from the element indices it reported:
+
+# %%
+rows_of = {}
+cols = m2[0]["weight_shape"][1]
+for r in tp.results:
+    rows = sorted({i // cols for i in r["mesh_2d"]["held"]})
+    rows_of[tuple(r["mesh_2d"]["coordinate"])] = rows
+    print(f"(dp, tp) = {tuple(r['mesh_2d']['coordinate'])}: rows {rows[0]}..{rows[-1]}")
+dp0 = sorted(rows_of[(0, 0)] + rows_of[(0, 1)])
+contiguous = dp0 == list(range(dp0[0], dp0[0] + len(dp0)))
+print(f"dp rank 0 (both of its tp ranks) holds rows {dp0[:len(dp0) // 2][0]}..{dp0[:len(dp0) // 2][-1]} and "
+      f"{dp0[len(dp0) // 2:][0]}..{dp0[len(dp0) // 2:][-1]}: {'one slice' if contiguous else 'two strided pieces'}")
+assert not contiguous and "_StridedShard(dim=0, sf=2)" in m2[0]["placements"]["0.weight"]
+
+# %% [markdown]
+# The next chapter takes tensor parallelism further: written from scratch, with sequence, context and
+# expert parallelism beside it.
+#
+# ## 4. Where the field stands — the article's outlook, corrected
 #
 # The article's §11.2 lists five "future trends". Checked against PyTorch today:
 #

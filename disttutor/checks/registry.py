@@ -140,15 +140,21 @@ EXERCISES: tuple[Exercise, ...] = (
                  "Give every trainable parameter one owner rank (the same rule on every rank); build the real "
                  "optimiser (`self.optim`) on this rank's parameters only, so only they get Adam state.",
                  "step(): self.optim.step(), then for EVERY trainable parameter, in the same order on every "
-                 "rank, dist.broadcast(p, src=owner). Skip frozen parameters; list a tied one once.")),
+                 "rank, dist.broadcast(p, src=owner). Skip frozen parameters; list a tied one once."),
+             difficulty="core", minutes=20),
     Exercise("11.2", 11, "FSDP: sharded parameters, all-gather, reduce-scatter", "FSDP",
              "disttutor.checks.sharding:check_fsdp", "solutions/ex11_2_fsdp.py", (
-                 "Flatten the trainable parameters into one fp32 vector, pad it to a multiple of the world "
-                 "size, keep your slice as the only nn.Parameter; run the module with "
-                 "torch.func.functional_call on views of the gathered vector.",
-                 "A torch.autograd.Function: forward all_gather_into_tensor(shard.to(dtype)), backward "
-                 "reduce_scatter_tensor(grad) divided by the world size, returned as fp32. Frozen "
-                 "parameters stay out of the shard (weight decay would move them).")),
+                 "The skeleton already flattens, pads and shards, and its _Unit calls your three methods at the "
+                 "unit's boundary: gather before the module runs, reduce_scatter when backward reaches it. "
+                 "free(params): after sharding, each full copy must stop being trainable AND stop taking memory.",
+                 "free: p.requires_grad_(False); p.data = p.data.new_empty(0). gather(shard, dtype): an output of "
+                 "world * shard.numel() elements in dtype, then dist.all_gather_single(out, shard.to(dtype)) "
+                 "(older code: all_gather_into_tensor).",
+                 "reduce_scatter(grad_full): piece = grad_full.new_empty(grad_full.numel() // world); "
+                 "dist.reduce_scatter_single(piece, grad_full.contiguous()) sums over ranks (older code: "
+                 "reduce_scatter_tensor); return piece.float() / world -- the AVERAGE, in fp32 for the fp32 master "
+                 "shard (SGD is checked first: it notices a sum, AdamW would not)."),
+             difficulty="core", minutes=30),
 )
 
 

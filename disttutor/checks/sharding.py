@@ -12,7 +12,7 @@ update as one vector). They also add up, over the ranks, what is stored:
 * 11.2 ``FSDP(module, compute_dtype)``: trained with SGD first (AdamW would hide a gradient
   that was summed instead of averaged: Adam divides by the gradient's own size), then with
   AdamW in fp32 and in bf16 (the reference applies the same casts); trainable parameters
-  must be stored once over all ranks (plus padding), and ``full_parameters()`` must return
+  must be stored once over all ranks (plus padding), their full copies freed, and ``full_parameters()`` must return
   every parameter by name.
 
 This module is also the rank-side program
@@ -183,6 +183,13 @@ def _fsdp(cls, cfg: ShardingCheck, ctx) -> dict[str, Any]:
                              ": the frozen pos.weight is in your shard -- it has no gradient and no optimiser "
                              "state, keep it out (weight decay would move it)" if frozen else
                              ": each rank should keep only its shard"))
+        held = _sum_over_ranks(S.nbytes(wrapper.parameters()))  # trainable or not: what stays in memory
+        frozen = (S.counts(S.tiny_lm())[0] - n_trainable) * 4
+        if not held <= limit + ctx.world_size * frozen:  # the shards, plus the frozen weight whole on every rank
+            return _fail(f"over all ranks the module's parameters take {held} bytes, at most {limit} for the "
+                         f"shards plus {ctx.world_size} x {frozen} for the frozen pos.weight: the full copies of "
+                         "the trainable parameters are still stored -- free them once the shard holds their "
+                         "values (p.data = an empty tensor; requires_grad off is not enough)")
         bad = _phase(step, wrapper.full_parameters, cfg, ctx, opt_name, dtype)
         if bad:
             return bad

@@ -60,9 +60,9 @@ def make_call(op: str, nbytes: int, ctx):
     if op == "all_reduce":
         return (lambda: dist.all_reduce(full)), numel * 4
     if op == "all_gather":
-        return (lambda: dist.all_gather_into_tensor(full, part)), numel * 4
+        return (lambda: dist.all_gather_single(full, part)), numel * 4
     if op == "reduce_scatter":
-        return (lambda: dist.reduce_scatter_tensor(part, full)), numel * 4
+        return (lambda: dist.reduce_scatter_single(part, full)), numel * 4
     if ctx.rank == 0:                                   # send/recv: ranks 0 and 1 talk, the others wait
         return (lambda: dist.send(full, 1)), numel * 4
     if ctx.rank == 1:

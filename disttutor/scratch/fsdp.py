@@ -34,7 +34,8 @@ class _GatherShards(torch.autograd.Function):
         world = dist.get_world_size()
         ctx.world = world
         full = torch.empty(world * shard.numel(), dtype=dtype, device=shard.device)
-        dist.all_gather_into_tensor(full, shard.detach().to(dtype))  # rank r's slice lands at r*len
+        # all_gather_single is torch 2.13's name; older code (and torch < 2.13) calls it all_gather_into_tensor.
+        dist.all_gather_single(full, shard.detach().to(dtype))  # rank r's slice lands at r*len
         return full[:numel]  # drop the padding
 
     @staticmethod
@@ -46,7 +47,8 @@ class _GatherShards(torch.autograd.Function):
         mine = torch.empty(padded.numel() // world, dtype=grad_full.dtype, device=grad_full.device)
         # Each rank gets sum_over_ranks(gradient)[its slice]; divide for the AVERAGE (the loss is a
         # per-rank mean). Reduced in the compute dtype, like FSDP2's default reduce_dtype.
-        dist.reduce_scatter_tensor(mine, padded, op=dist.ReduceOp.SUM)
+        # reduce_scatter_single: torch 2.13's name for what older code calls reduce_scatter_tensor.
+        dist.reduce_scatter_single(mine, padded, op=dist.ReduceOp.SUM)
         return (mine / world).float(), None, None
 
 
@@ -100,7 +102,7 @@ class ScratchFSDP(nn.Module):
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """Every parameter, whole and in fp32, by its name in the original module (a collective)."""
         full = torch.empty(self.shard.numel() * dist.get_world_size(), device=self.shard.device)
-        dist.all_gather_into_tensor(full, self.shard.detach())
+        dist.all_gather_single(full, self.shard.detach())
         out = {n: t.clone() for n, t in self._views(full[: self.numel]).items()}
         out.update({n: p.detach().clone() for n, p in self.module.named_parameters() if n not in self._names})
         return out
