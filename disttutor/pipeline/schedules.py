@@ -25,7 +25,7 @@ The zero-bubble schedules (``interleaved_zb``, ``zbv``; their orders are in
 (gradient of the stage's input, which upstream waits for) and ``W`` (gradient
 of its weights, needed only by the optimizer step), half of ``B``'s cost each:
 
-* ``I(s, i)`` needs ``F(s, i)`` and the input-gradient of ``s+1`` (its ``B`` or ``I``);
+* ``I(s, i)`` needs ``F(s, i)`` and ``I(s+1, i)`` (the input-gradient from downstream);
 * ``W(s, i)`` needs ``I(s, i)``; it frees the micro-batch's activations.
 
 They have no closed-form bubble here: it is read off the drawing.
@@ -237,7 +237,8 @@ def inputs(a: Action, n_stages: int) -> list[tuple[str, int, int]]:
         return [("I", a.stage, a.mb)]  # the weight-gradient reuses what the input-gradient computed
     need = [("F", a.stage, a.mb)]
     if a.stage < n_stages - 1:
-        need.append(("G", a.stage + 1, a.mb))  # "G": the input-gradient of s+1, from its B or its I
+        # The gradient from downstream: its B, or -- a zero-bubble schedule splits every backward -- its I.
+        need.append((a.kind, a.stage + 1, a.mb))
     return need
 
 
@@ -268,8 +269,6 @@ def simulate(spec: PipeSpec) -> SimulatedSchedule:
                 end = start + cost[a.kind]
                 slots.append(Slot(r, a.kind, a.mb, a.stage, start, end))
                 done[(a.kind, a.stage, a.mb)] = end
-                if a.kind in ("B", "I"):
-                    done[("G", a.stage, a.mb)] = end
                 free[r] = end
                 pos[r] += 1
                 progressed = True
