@@ -51,7 +51,7 @@ def _draw_rows(ax, rows: list[list | None], colors: list[list], n_ranks: int, wi
         cells.append([])
         ax.text(-0.3, r + 0.5, f"rank {r}", ha="right", va="center", fontsize=9)
         if row is None:
-            ax.text(width / 2, r + 0.5, empty, ha="center", va="center", fontsize=8, color="#888888",
+            ax.text(max(width, 4) / 2, r + 0.5, empty, ha="center", va="center", fontsize=8, color="#888888",
                     style="italic")
             continue
         for j, v in enumerate(row):
@@ -68,7 +68,7 @@ def _draw_rows(ax, rows: list[list | None], colors: list[list], n_ranks: int, wi
             ax.text(j + 0.5, r + 0.5, _fmt(v), ha="center", va="center", fontsize=8)
         for c in range(0, len(row) + 1, chunk):  # chunk boundaries: what moves together
             ax.plot([c, c], [r + 0.05, r + 0.95], color="#444444", linewidth=1.2)
-    ax.set_xlim(-0.1, width + 0.1)
+    ax.set_xlim(-0.1, max(width, 4) + 0.1)  # at least 4 cells wide: room for the notes of empty rows
     ax.set_ylim(n_ranks, 0)
     ax.axis("off")
     return cells
@@ -84,7 +84,7 @@ def collective_figure(op: str, befores: list[list | None], afters: list[list | N
     contrib = tuple(RANK_COLORS[r % len(RANK_COLORS)] for r, b in enumerate(befores) if b is not None)
     after_colors = [[("#ffffff" if p is None else contrib if p[0] == "sum" else RANK_COLORS[p[1] % len(RANK_COLORS)])
                      for p in (row or [])] for row in prov]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(2.2 + 0.9 * width, 0.45 * n + 1.1), constrained_layout=True)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(2.6 + 0.9 * max(width, 4), 0.45 * n + 1.3), constrained_layout=True)
     src = _draw_rows(a, befores, before_colors, n, width, chunk, "(input not used)")
     dst = _draw_rows(b, afters, after_colors, n, width, chunk, "(unspecified / receives nothing)")
     a.set_title("before", fontsize=10)
@@ -100,9 +100,9 @@ def collective_figure(op: str, befores: list[list | None], afters: list[list | N
             xyB=(d_cell.get_x(), d_cell.get_y() + 0.4), coordsB=b.transData,
             arrowstyle="-|>", color="#555555", alpha=0.7, linewidth=1.0))
     fig.suptitle(code or op, fontsize=10, family="monospace")
-    if op in REDUCTIONS:
-        b.text(0, n + 0.35, "striped: the sum of that element over every rank (one stripe per rank)",
-               fontsize=8, va="top", color="#555555")
+    if op in REDUCTIONS:  # a figure-level label: constrained layout makes room for it
+        fig.supxlabel("striped: the sum of that element over every rank (one stripe per rank)", fontsize=8,
+                      color="#555555")
     return fig
 
 
