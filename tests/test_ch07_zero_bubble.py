@@ -122,6 +122,7 @@ def test_zero_bubble_on_gloo_ranks_equals_single_process(no_leftovers):
         assert all(abs(a - b) < WEIGHT_TOL for a, b in zip(last["losses"], last["ref_losses"]))
         spec = PipeSpec(run["schedule"], 2, 4, 1 if run["schedule"] == "1f1b" else 2)
         assert [r["runs"][i]["stages"] for r in res.results] == [spec.stages_of(k) for k in range(2)]
+        assert all(len(r["runs"][i]["cpu"]) == len(r["runs"][i]["events"]) for r in res.results)  # CPU per slot
         measured = [[(s.kind, s.mb, s.stage) for s in sorted(_slots(res, i), key=lambda s: s.start) if s.rank == k]
                     for k in range(2)]
         # torch ran, rank by rank, exactly the actions the simulator draws, B split into I and W for ZB

@@ -11,7 +11,9 @@ sends and receives happen between them (the schedule waits for them), so
 they count as idle, as in :func:`disttutor.pipeline.schedules.bubble_stats`.
 
 Rank side; the rows it reports are ``[kind, mb, stage, t0, t1]``, what
-:func:`disttutor.pipeline.schedules.slots_from_events` reads.
+:func:`disttutor.pipeline.schedules.slots_from_events` reads, and beside them
+each slot's CPU seconds: a slot's wall time includes waiting for a core when
+the ranks share the machine with other work, its CPU time does not.
 """
 from __future__ import annotations
 
@@ -28,23 +30,27 @@ class ActionLog:
     def __init__(self) -> None:
         self.t_zero: float | None = None
         self.rows: list[list] = []
+        self.cpu: list[float] = []  # CPU seconds of each row of the last :meth:`stop`, same order
 
     def start(self, t_zero: float) -> None:
         self.t_zero, self.rows = t_zero, []
 
     @contextlib.contextmanager
     def slot(self, kind: str, mb: int, stage: int) -> Iterator[None]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             if self.t_zero is not None:
                 self.rows.append([kind, int(mb), stage, round(t0 - self.t_zero, 6),
-                                  round(time.perf_counter() - self.t_zero, 6)])
+                                  round(time.perf_counter() - self.t_zero, 6), round(time.process_time() - c0, 6)])
 
     def stop(self) -> list[list]:
+        """The step's rows in time order (``[kind, mb, stage, t0, t1]``); their CPU seconds go to ``cpu``."""
         self.t_zero = None
-        return sorted(self.rows, key=lambda e: e[3])
+        rows = sorted(self.rows, key=lambda e: e[3])
+        self.cpu = [e[5] for e in rows]
+        return [e[:5] for e in rows]
 
 
 class TimedPipelineStage(PipelineStage):

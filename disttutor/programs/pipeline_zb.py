@@ -138,7 +138,7 @@ def train_split(ctx, schedule: str, counts: tuple[int, ...], m: int, width: int,
     ref_parts = split_layers(reference, counts)
     diff = max((a.detach().cpu() - b.detach()).abs().max().item()
                for st, s in zip(stages, mine) for a, b in zip(st.submod.parameters(), ref_parts[s].parameters()))
-    return dict(schedule=schedule, counts=list(counts), stages=mine, m=m, events=events, step_s=step_s,
+    return dict(schedule=schedule, counts=list(counts), stages=mine, m=m, events=events, cpu=log.cpu, step_s=step_s,
                 max_weight_diff=diff, **(dict(losses=losses, ref_losses=ref_losses) if last else {}))
 
 
