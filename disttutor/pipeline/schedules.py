@@ -20,9 +20,20 @@ tests check the textbook formulas rather than assume them:
 * GPipe and 1F1B:       ``(p - 1) / (m + p - 1)``
 * interleaved 1F1B:     ``(p - 1) / (v*m + p - 1)``  (each stage chunk costs ``1/v``)
 
+The zero-bubble schedules (``interleaved_zb``, ``zbv``; their orders are in
+:mod:`disttutor.pipeline.zero_bubble`) split each backward ``B`` into ``I``
+(gradient of the stage's input, which upstream waits for) and ``W`` (gradient
+of its weights, needed only by the optimizer step), half of ``B``'s cost each:
+
+* ``I(s, i)`` needs ``F(s, i)`` and ``I(s+1, i)`` (the input-gradient from downstream);
+* ``W(s, i)`` needs ``I(s, i)``; it frees the micro-batch's activations.
+
+They have no closed-form bubble here: it is read off the drawing.
+
 The rank orders mirror ``torch.distributed.pipelining``'s ``ScheduleGPipe``,
-``Schedule1F1B`` and ``ScheduleInterleaved1F1B``, so the drawing is what the
-real run in chapter 7 is trying to do.
+``Schedule1F1B``, ``ScheduleInterleaved1F1B``, ``ScheduleInterleavedZeroBubble``
+and ``ScheduleZBVZeroBubble``, so the drawing is what the real run in chapter 7
+is trying to do.
 """
 from __future__ import annotations
 
@@ -30,8 +41,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal, get_args
 
+from disttutor.pipeline.zero_bubble import interleaved_zb_order, v_stages, zbv_order
+
 ScheduleName = Literal["gpipe", "1f1b", "interleaved"]
 SCHEDULES = get_args(ScheduleName)
+# Backward split into input- and weight-gradients (chapter 7's zero-bubble section). Kept apart from
+# SCHEDULES: those three have a textbook formula and the widget draws them.
+ZeroBubbleName = Literal["interleaved_zb", "zbv"]
+ZB_SCHEDULES = get_args(ZeroBubbleName)
+ALL_SCHEDULES = SCHEDULES + ZB_SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -51,16 +69,18 @@ class PipeSpec:
     backward_cost: float = 2.0
 
     def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.schedule not in ALL_SCHEDULES:
+            raise ValueError(f"schedule must be one of {ALL_SCHEDULES}, got {self.schedule!r}")
         for name in ("p", "m", "v"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ValueError(f"{name} must be a positive integer, got {val!r}")
-        if self.schedule != "interleaved" and self.v != 1:
+        if self.schedule in ("gpipe", "1f1b") and self.v != 1:
             raise ValueError(f"{self.schedule!r} puts one stage on each rank: v must be 1 (got {self.v}); "
                              "use schedule='interleaved' for several stages per rank")
-        if self.schedule == "interleaved" and self.m % self.p:
+        if self.schedule == "zbv" and self.v != 2:
+            raise ValueError(f"'zbv' puts exactly two stages on each rank (a V): v must be 2 (got {self.v})")
+        if self.schedule in ("interleaved", "interleaved_zb") and self.m % self.p:
             # torch accepts some other m, but the schedule then degenerates and the textbook
             # formula no longer describes it; keep the widget to the case the formula is about.
             raise ValueError(f"interleaved 1F1B here needs m to be a multiple of p (m={self.m}, p={self.p})")
@@ -72,9 +92,14 @@ class PipeSpec:
         return self.p * self.v
 
 
+    def stages_of(self, rank: int) -> list[int]:
+        """The stages rank ``rank`` holds: looped (r, r+p, ...) or, for ZB-V, the V (r, 2p-1-r)."""
+        return v_stages(self.p, rank) if self.schedule == "zbv" else list(range(rank, self.n_stages, self.p))
+
+
 @dataclass(frozen=True)
 class Action:
-    kind: str   # "F" or "B"
+    kind: str   # "F", "B" (full backward), or its two halves "I" (input-gradient) and "W" (weight-gradient)
     mb: int     # micro-batch index
     stage: int  # global stage index (rank r holds stages r, r+p, r+2p, ...)
 
@@ -137,6 +162,8 @@ def slots_from_events(timelines: list[list[list]]) -> list[Slot]:
 
 def formula(spec: PipeSpec) -> float:
     """The textbook bubble fraction (what the drawing should show)."""
+    if spec.schedule in ZB_SCHEDULES:
+        raise ValueError(f"{spec.schedule!r} has no closed-form bubble here: simulate(spec).bubble_fraction")
     p, m, v = spec.p, spec.m, spec.v
     return float(Fraction(p - 1, v * m + p - 1))
 
@@ -166,8 +193,12 @@ def rank_orders(spec: PipeSpec) -> list[list[Action]]:
                 if f < m:
                     acts.append(Action("F", f, r))
                     f += 1
-        else:
+        elif spec.schedule == "interleaved":
             acts = _interleaved_order(spec, r)
+        elif spec.schedule == "interleaved_zb":
+            acts = [Action(*op) for op in interleaved_zb_order(p, m, spec.v, r)]
+        else:
+            acts = [Action(*op) for op in zbv_order(p, m, r)]
         orders.append(acts)
     return orders
 
@@ -202,16 +233,21 @@ def inputs(a: Action, n_stages: int) -> list[tuple[str, int, int]]:
     """The ``(kind, stage, mb)`` slots whose results ``a`` needs before it can start."""
     if a.kind == "F":
         return [("F", a.stage - 1, a.mb)] if a.stage > 0 else []
+    if a.kind == "W":
+        return [("I", a.stage, a.mb)]  # the weight-gradient reuses what the input-gradient computed
     need = [("F", a.stage, a.mb)]
     if a.stage < n_stages - 1:
-        need.append(("B", a.stage + 1, a.mb))
+        # The gradient from downstream: its B, or -- a zero-bubble schedule splits every backward -- its I.
+        need.append((a.kind, a.stage + 1, a.mb))
     return need
 
 
 def simulate(spec: PipeSpec) -> SimulatedSchedule:
     """Play the rank orders out: each action starts when its rank is free and its inputs exist."""
     p, v, n_stages = spec.p, spec.v, spec.n_stages
-    cost = {"F": 1.0 / v, "B": spec.backward_cost / v}
+    # I and W share B's cost half and half (for a Linear both are one matmul of the same size).
+    cost = {"F": 1.0 / v, "B": spec.backward_cost / v, "I": spec.backward_cost / (2 * v),
+            "W": spec.backward_cost / (2 * v)}
     orders = rank_orders(spec)
     done: dict[tuple[str, int, int], float] = {}  # (kind, stage, mb) -> end time
     free = [0.0] * p
@@ -253,7 +289,7 @@ def peak_in_flight(spec: PipeSpec, orders: list[list[Action]] | None = None) -> 
     for acts in orders:
         live = peak = 0
         for a in acts:
-            live += 1 if a.kind == "F" else -1
+            live += {"F": 1, "B": -1, "I": 0, "W": -1}[a.kind]  # activations live until B, or until W
             peak = max(peak, live)
         peaks.append(peak / spec.v)
     return peaks

@@ -26,7 +26,7 @@ from disttutor.contract.config import require_non_negative, require_positive
 from disttutor.contract.options import cli, opt
 
 OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "gather", "scatter",
-       "send_recv", "isend_irecv", "barrier")
+       "all_to_all", "send_recv", "isend_irecv", "barrier")
 
 
 @dataclass(frozen=True)
@@ -54,36 +54,52 @@ def has_reduce_scatter(device: torch.device) -> bool:
     n = dist.get_world_size()
     out = torch.zeros(1, device=device)
     try:
-        dist.reduce_scatter_tensor(out, torch.ones(n, device=device))
+        dist.reduce_scatter_single(out, torch.ones(n, device=device))
     except (RuntimeError, NotImplementedError, ValueError):
         return False
     return True
 
 
 def run_op(op: str, ctx: runtime.Context, cfg: CollectivesConfig) -> dict:
-    """Run one collective; return this rank's before/after (``None`` = unspecified/none)."""
+    """Run one collective; return this rank's before/after (``None`` = unspecified/none).
+
+    Each collective's lines sit in a ``# [teach NAME]`` region: chapter 2 shows them beside the
+    picture of the data they moved. The names are torch 2.13's: ``all_gather_single`` and
+    ``reduce_scatter_single`` (older code says ``all_gather_into_tensor`` / ``reduce_scatter_tensor``,
+    deprecated aliases of the same calls, or the private ``_all_gather_base`` / ``_reduce_scatter_base``).
+    """
     r, n, dev, size = ctx.rank, ctx.world_size, ctx.device, cfg.size
     x = start(r, size, dev)
     before, extra = x.tolist(), {}
     if op == "broadcast":
-        dist.broadcast(x, src=0)                    # everybody gets rank 0's tensor
+        # [teach broadcast]
+        dist.broadcast(x, src=0)                    # everybody gets rank 0's tensor, in place
+        # [/teach broadcast]
         after = x.tolist()
     elif op == "reduce":
-        dist.reduce(x, dst=0)                       # only rank 0's buffer is defined afterwards
-        after = x.tolist() if r == 0 else None
+        # [teach reduce]
+        dist.reduce(x, dst=0)                       # the sum, on rank 0 only
+        # [/teach reduce]
+        after = x.tolist() if r == 0 else None      # other ranks' buffers are unspecified afterwards
     elif op == "all_reduce":
-        dist.all_reduce(x)                          # sum, on every rank
+        # [teach all_reduce]
+        dist.all_reduce(x)                          # the sum, on every rank, in place
+        # [/teach all_reduce]
         after = x.tolist()
     elif op == "all_gather":
+        # [teach all_gather]
         out = torch.empty(n * size, device=dev)
-        dist.all_gather_into_tensor(out, x)         # rank i's tensor lands in slice i
+        dist.all_gather_single(out, x)              # rank i's x lands in slice i of every rank's out
+        # [/teach all_gather]
         after = out.tolist()
     elif op == "reduce_scatter":
         x = start(r, size, dev, k=n)                # n chunks; chunk i of the sum goes to rank i
-        before, out = x.tolist(), torch.empty(size, device=dev)
+        before = x.tolist()
         native = has_reduce_scatter(dev)
-        if native:
-            dist.reduce_scatter_tensor(out, x)
+        # [teach reduce_scatter]
+        out = torch.empty(size, device=dev)         # one chunk: x holds n of them
+        dist.reduce_scatter_single(out, x)          # rank i gets chunk i of the sum over ranks
+        # [/teach reduce_scatter]
         # The equivalent with what every backend has: all-reduce (which *is*
         # reduce-scatter + all-gather) and keep my slice. Twice the traffic.
         full = x.clone()
@@ -92,14 +108,28 @@ def run_op(op: str, ctx: runtime.Context, cfg: CollectivesConfig) -> dict:
         after = out.tolist() if native else equiv.tolist()
         extra = {"native": native, "equivalent": equiv.tolist()}
     elif op == "gather":
+        # [teach gather]
         outs = [torch.empty(size, device=dev) for _ in range(n)] if r == 0 else None
-        dist.gather(x, gather_list=outs, dst=0)     # only rank 0 receives
+        dist.gather(x, gather_list=outs, dst=0)     # only rank 0 receives: everybody's x, in rank order
+        # [/teach gather]
         after = torch.cat(outs).tolist() if r == 0 else None
     elif op == "scatter":
         x = start(r, size, dev, k=n)
-        before, out = (x.tolist() if r == 0 else None), torch.empty(size, device=dev)
-        dist.scatter(out, scatter_list=list(x.tensor_split(n)) if r == 0 else None, src=0)
-        after = out.tolist()                        # slice r of rank 0's tensor
+        before = x.tolist() if r == 0 else None     # only rank 0's input is read
+        # [teach scatter]
+        out = torch.empty(size, device=dev)
+        chunks = list(x.tensor_split(n)) if r == 0 else None
+        dist.scatter(out, scatter_list=chunks, src=0)   # rank i gets chunk i of rank 0's x
+        # [/teach scatter]
+        after = out.tolist()
+    elif op == "all_to_all":
+        x = start(r, size, dev, k=n)                # n chunks: chunk j is addressed to rank j
+        before = x.tolist()
+        # [teach all_to_all]
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x)              # chunk j of rank i -> chunk i of rank j (a transpose)
+        # [/teach all_to_all]
+        after = out.tolist()
     elif op == "send_recv":
         # Pairs (0,1), (2,3): blocking send/recv is safe because in every pair
         # one side sends while the other receives.

@@ -9,11 +9,18 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
-from disttutor.pipeline.schedules import SCHEDULES, PipeSpec, Slot, bubble_stats, formula, formula_text, simulate
+from disttutor.pipeline.schedules import (SCHEDULES, ZB_SCHEDULES, PipeSpec, Slot, bubble_stats, formula, formula_text,
+                                          simulate)
 
 # Forward light, backward dark; for interleaved, the rank's second chunk in another hue.
 _COLORS = {("F", 0): "#9ecae1", ("B", 0): "#3182bd", ("F", 1): "#fdd0a2", ("B", 1): "#e6550d",
            ("F", 2): "#c7e9c0", ("B", 2): "#31a354", ("F", 3): "#dadaeb", ("B", 3): "#756bb1"}
+# Zero bubble: the input-gradient I in the chunk's backward colour, the weight-gradient W in a grey-green
+# that reads as "work that could wait" (it is what fills the bubble).
+_COLORS.update({("I", c): _COLORS[("B", c)] for c in range(4)})
+_COLORS.update({("W", 0): "#74c476", ("W", 1): "#a1d99b", ("W", 2): "#238b45", ("W", 3): "#bcbddc"})
+NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B",
+         "interleaved_zb": "interleaved zero bubble", "zbv": "zero bubble V"}
 _IDLE = "#eeeeee"
 
 
@@ -31,7 +38,7 @@ def draw_gantt(ax, slots: list[Slot], p: int, title: str = "", unit: str = "time
                 color=_COLORS[(s.kind, chunk % 4)], edgecolor="white", linewidth=0.6)
         if label_mb and (s.end - s.start) > span / 60:
             ax.text(s.start - t0 + (s.end - s.start) / 2, s.rank, str(s.mb), ha="center", va="center",
-                    fontsize=7, color="black" if s.kind == "F" else "white")
+                    fontsize=7, color="white" if s.kind in ("B", "I") else "black")
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
     ax.set_ylim(p - 0.5, -0.5)
     ax.set_xlim(0, span)
@@ -40,12 +47,14 @@ def draw_gantt(ax, slots: list[Slot], p: int, title: str = "", unit: str = "time
     return stats
 
 
-def _legend(ax, v: int) -> None:
+def _legend(ax, v: int, split: bool = False) -> None:
     handles = []
     for c in range(v):
         suffix = f" (chunk {c})" if v > 1 else ""
         handles += [Patch(color=_COLORS[("F", c % 4)], label="forward" + suffix),
-                    Patch(color=_COLORS[("B", c % 4)], label="backward" + suffix)]
+                    Patch(color=_COLORS[("B", c % 4)], label=("input-grad I" if split else "backward") + suffix)]
+        if split:
+            handles.append(Patch(color=_COLORS[("W", c % 4)], label="weight-grad W" + suffix))
     handles.append(Patch(facecolor=_IDLE, hatch="///", edgecolor="#cccccc", label="idle (bubble)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
@@ -53,6 +62,9 @@ def _legend(ax, v: int) -> None:
 def describe(spec: PipeSpec) -> dict:
     """What the widget shows, as data: bubble from the drawing, the formula, peak in-flight activations."""
     tl = simulate(spec)
+    if spec.schedule in ZB_SCHEDULES:  # no closed form: the drawing is the answer
+        return {"bubble_drawn": tl.bubble_fraction, "bubble_formula": None, "formula": "none (read the drawing)",
+                "peak_in_flight": tl.peak_in_flight, "makespan": tl.makespan, "drawn": tl}
     return {"bubble_drawn": tl.bubble_fraction, "bubble_formula": formula(spec), "formula": formula_text(spec),
             "peak_in_flight": tl.peak_in_flight, "makespan": tl.makespan, "drawn": tl}
 
@@ -62,12 +74,12 @@ def theory_figure(spec: PipeSpec, info: dict | None = None):
     info = info or describe(spec)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 0.55 * spec.p + 1.8), width_ratios=[4, 1],
                                   constrained_layout=True)
-    name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": f"interleaved 1F1B, v={spec.v}"}[spec.schedule]
+    name = NAMES[spec.schedule] + (f", v={spec.v}" if spec.v > 1 else "")
     draw_gantt(ax, info["drawn"].slots, spec.p,
                title=f"{name}: p={spec.p}, m={spec.m}\nbubble measured on the drawing {info['bubble_drawn']:.3f}"
                      f"  |  formula {info['formula']}",
                unit="time (one forward of a whole rank's layers = 1)")
-    _legend(ax, spec.v)
+    _legend(ax, spec.v, split=spec.schedule in ZB_SCHEDULES)
     bars = ax2.barh(range(spec.p), info["peak_in_flight"], color="#636363")
     ax2.bar_label(bars, fmt="%g", fontsize=8, padding=2)
     ax2.set_yticks(range(spec.p), [f"rank {r}" for r in range(spec.p)])
@@ -88,7 +100,7 @@ def measured_figure(spec: PipeSpec, measured: list[Slot], note: str = ""):
     ms = [Slot(s.rank, s.kind, s.mb, s.stage, s.start * 1e3, s.end * 1e3) for s in measured]
     draw_gantt(b, ms, spec.p, unit="milliseconds since the step began",
                title=f"measured{(' ' + note) if note else ''}: bubble {stats['bubble']:.3f}")
-    _legend(b, spec.v)
+    _legend(b, spec.v, split=spec.schedule in ZB_SCHEDULES)
     return fig
 
 
@@ -132,7 +144,7 @@ def model_figure(rows: list[dict], note: str = ""):
     schedules = list(dict.fromkeys(r["schedule"] for r in rows))
     fig, axes = plt.subplots(1, len(schedules), figsize=(5.5 * len(schedules), 3.6), sharey=True,
                              constrained_layout=True, squeeze=False)
-    name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}
+    name = NAMES
     for ax, sched in zip(axes[0], schedules):
         mine = sorted((r for r in rows if r["schedule"] == sched), key=lambda r: r["m"])
         ms = [r["m"] for r in mine]
@@ -152,3 +164,54 @@ def model_figure(rows: list[dict], note: str = ""):
     axes[0][0].set_ylabel("bubble (idle fraction)")
     axes[0][-1].legend(fontsize=8, loc="upper right")
     return fig
+
+
+def schedules_figure(rows: list[tuple[PipeSpec, list[Slot]]], note: str = ""):
+    """One row per schedule: the simulated schedule (left) beside the same schedule measured (right).
+
+    ``rows``: ``(spec, measured slots)``; every measured panel shares one time axis, so a shorter bar
+    row is a faster step.
+    """
+    fig, axes = plt.subplots(len(rows), 2, figsize=(13, (0.5 * rows[0][0].p + 1.1) * len(rows)),
+                             constrained_layout=True, squeeze=False)
+    t_max = max(max(s.end for s in ms) - min(s.start for s in ms) for _, ms in rows) * 1e3
+    for (spec, measured), (a, b) in zip(rows, axes):
+        info = describe(spec)
+        name = NAMES[spec.schedule] + (f", v={spec.v}" if spec.v > 1 else "")
+        draw_gantt(a, info["drawn"].slots, spec.p, unit="", label_mb=True,
+                   title=f"simulated {name}: bubble {info['bubble_drawn']:.3f}")
+        ms = [Slot(s.rank, s.kind, s.mb, s.stage, s.start * 1e3, s.end * 1e3) for s in measured]
+        st = draw_gantt(b, ms, spec.p, unit="", label_mb=False,
+                        title=f"measured{(' ' + note) if note else ''}: bubble {bubble_stats(measured, spec.p)['bubble']:.3f}")
+        b.set_xlim(0, t_max)
+        b.barh(range(spec.p), [t_max - st["makespan"]] * spec.p, left=st["makespan"], height=0.8, color="white")
+        _legend(b, spec.v, split=spec.schedule in ZB_SCHEDULES)
+    axes[-1][0].set_xlabel("time (one forward of a whole rank's layers = 1)")
+    axes[-1][1].set_xlabel("milliseconds since the step began")
+    return fig
+
+
+def balance_figure(runs: list[tuple[str, list[Slot], int]], note: str = ""):
+    """Measured timelines of differently split pipelines on one time axis, with each rank's idle share."""
+    fig, axes = plt.subplots(len(runs), 2, figsize=(12, 1.6 * len(runs) + 0.6), width_ratios=[4, 1],
+                             constrained_layout=True, squeeze=False)
+    t_max = max(max(s.end for s in sl) - min(s.start for s in sl) for _, sl, _ in runs) * 1e3
+    for (label, slots, p), (a, b) in zip(runs, axes):
+        ms = [Slot(s.rank, s.kind, s.mb, s.stage, s.start * 1e3, s.end * 1e3) for s in slots]
+        st = draw_gantt(a, ms, p, unit="milliseconds since the step began", label_mb=False,
+                        title=f"{label}{(' ' + note) if note else ''}: step {st_ms(slots):.0f} ms, "
+                              f"bubble {bubble_stats(slots, p)['bubble']:.3f}")
+        a.set_xlim(0, t_max)
+        bars = b.barh(range(p), st["per_rank"], color="#bdbdbd")
+        b.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
+        b.set_yticks(range(p), [f"rank {r}" for r in range(p)])
+        b.set_ylim(p - 0.5, -0.5)
+        b.set_xlim(0, 1.2)
+        b.set_title("idle share per rank", fontsize=10)
+    _legend(axes[0][0], 1)
+    return fig
+
+
+def st_ms(slots: list[Slot]) -> float:
+    """A measured run's window (first slot's start to last slot's end) in milliseconds."""
+    return (max(s.end for s in slots) - min(s.start for s in slots)) * 1e3
