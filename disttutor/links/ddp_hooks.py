@@ -54,6 +54,7 @@ def _note(state: LinkHookState, bucket: dist.GradBucket) -> None:
     state.bucket_bytes.append(buf.numel() * buf.element_size())
 
 
+# [teach hooks]
 def link_hook(state: LinkHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Each bucket all-reduced on the emulated link as soon as DDP hands it over (overlap)."""
     _note(state, bucket)
@@ -82,3 +83,4 @@ def deferred_hook(state: LinkHookState, bucket: dist.GradBucket) -> torch.future
             _average(state, buf).add_done_callback(lambda f, t=target: _hand_on(f, t))
         state.pending.clear()
     return out
+# [/teach hooks]

@@ -69,6 +69,7 @@ class EmulatedLink:
         The result is always set from a timer thread, never inline in gloo's thread or ours: a hook's
         callback (PowerSGD's) may itself wait for the next transfer, which needs a free thread.
         """
+        # [teach timer]
         out: torch.futures.Future = torch.futures.Future()
 
         def finish() -> None:
@@ -87,6 +88,7 @@ class EmulatedLink:
 
         real.add_done_callback(real_done)
         return out
+        # [/teach timer]
 
     def wait_until(self, due: float) -> None:
         """Block this thread (asleep, not spinning) until ``due``."""

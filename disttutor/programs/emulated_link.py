@@ -168,7 +168,8 @@ def ddp_parts(cfg: LinkConfig, ctx, parts) -> dict:
         comm = timed(lambda: [f.wait() for f in [alone_link.all_reduce(b) for b in bufs]], cfg.steps)
         out["overlap"] = {"compute_s": compute, "overlap_s": overlap, "deferred_s": deferred, "comm_s": comm,
                           "comm_model_s": sum(link.all_reduce_time(b, ctx.world_size) for b in sizes),
-                          "bucket_bytes": sizes, "late": overlap_state.link.late + deferred_state.link.late}
+                          "bucket_bytes": sizes, "late": overlap_state.link.late + deferred_state.link.late,
+                          "transfers": overlap_state.link.transfers + deferred_state.link.transfers}
     if "compression" in parts:
         rows = {}
         # [teach compression]
