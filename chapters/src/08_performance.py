@@ -467,8 +467,8 @@ print(f"{LINK.caption()}: {len(o['bucket_bytes'])} buckets of {max(o['bucket_byt
       f"compute alone {C:.0f} ms, communication alone {M:.0f} ms (the link's model: {1e3 * o['comm_model_s']:.0f} ms).")
 print(f"With DDP's bucketed overlap a step took {OV:.0f} ms (max(compute, communication) = {max(C, M):.0f} ms); "
       f"without overlap {DE:.0f} ms (compute + communication = {C + M:.0f} ms)"
-      + (f": bucketing hid {hidden:.0%} of the communication ({DE - OV:.0f} of {M:.0f} ms)" if OV < DE else
-         ": overlap did not help in this run") + f" (load {os.getloadavg()[0]:.1f} on {disttutor.cores()} cores).")
+      + (f": bucketing hid {hidden:.0%} of the communication ({C + M - OV:.0f} of {M:.0f} ms)" if OV < C + M else
+         ": overlap hid nothing in this run") + f" (load {os.getloadavg()[0]:.1f} on {disttutor.cores()} cores).")
 busy = o["late"] / o["transfers"]
 print(f"{o['late']} of {o['transfers']} transfers' real loopback time outlasted the emulated one"
       + (": every time above is the link's." if o["late"] == 0 else
