@@ -89,9 +89,10 @@ def test_alpha_and_beta_measured_back_within_ten_percent(run):
         # The emulated time is a floor the timers enforce (a timer never fires early): always.
         assert r["time_s"] >= 0.99 * r["model_s"], r   # 1 %: the two clocks' reads around a call
     s = summary(run)
-    # Within 10 % (issue 23). Why this holds under load: the probe link is slow (2 alpha = 20 ms,
+    # Within 10 % (issue 23). Why this holds under load: the probe link is slow (2 alpha = 100 ms,
     # then 8-67 ms for 1-8 MB), each size keeps the *minimum* of 5 calls (load only makes a call
-    # later, never earlier), and a timer's lateness (< 1 ms) is then a few % of alpha at most.
+    # later, never earlier), and a timer's lateness (< 1 ms idle, a few ms at load 30 on 2 cores)
+    # is then a few % of alpha at most; lateness common to all sizes moves alpha, not beta (the slope).
     assert s["emulated_alpha_err"] < 0.10, (s, run["probe"])
     assert s["emulated_beta_err"] < 0.10, (s, run["probe"])
     assert run["probe_link"] == {"alpha": PROBE.alpha.value, "beta": PROBE.beta.value}

@@ -42,9 +42,10 @@ from disttutor.scratch.allreduce import naive_all_reduce, ring_all_reduce
 from disttutor.workloads.models import MLP, seeded
 
 PARTS = ("probe", "check", "overlap", "compression", "nosync", "ring")
-# The probe link: slow enough that its times (>= 10 ms) dwarf a timer's lateness (< 1 ms) and the
-# real loopback all-reduce of a few MB, so what is fitted is the emulation itself.
-PROBE = custom(10e-3, 125e6, "probe: slow enough for timers to resolve")
+# The probe link: slow enough that its times (>= 100 ms per call on 2 ranks) dwarf a timer's lateness
+# (< 1 ms on a quiet machine, a few ms at load 30 on 2 cores) and the real loopback all-reduce of a
+# few MB, so what is fitted is the emulation itself.
+PROBE = custom(50e-3, 125e6, "probe: slow enough for timers to resolve")
 PROBE_SIZES = (1 << 20, 2 << 20, 4 << 20, 8 << 20)
 PROBE_REPEATS = 5
 
