@@ -575,10 +575,11 @@ for size, name in ((small, "smallest"), (large, "largest")):
           f"{max(share[size]):.0%} of the time: {lat_bound} of {len(share[size])} fits latency-bound (alpha > half)")
 bw = {(r["algo"], r["nproc"], r["bytes"]): r["busbw"] for r in data}
 assert len(data) == 3 * 2 * 3 and all(r["time_s"] > 0 for r in data)
-big_beats_small = bw[("builtin", 2, 16 << 20)] > bw[("builtin", 2, 64 << 10)]
-print("big messages use the link better than small ones:", big_beats_small)
-if __import__("os").getloadavg()[0] < 0.5 * disttutor.cores():  # a timing claim: asserted on a quiet machine only
-    assert big_beats_small
+big_better = bw[("builtin", 2, 16 << 20)] > bw[("builtin", 2, 64 << 10)]
+print(f"load {os.getloadavg()[0]:.1f}: big messages used the link "
+      + ("better than small ones" if big_better else "no better than small ones in this noisy run"))
+if os.getloadavg()[0] < 0.5 * disttutor.cores():  # a timing assert only on a quiet machine (house rule)
+    assert big_better, "big messages use the link better than small ones"
 
 # %% [markdown]
 # What to look for: the last two lines split each fitted time into latency α and the per-byte
@@ -628,6 +629,54 @@ assert t[("naive", 4)] > t[("naive", 2)]
 from disttutor.viz.allreduce import widget
 
 widget()
+
+# %% [markdown]
+# ### Ring vs naive on a network: an emulated link
+#
+# On one machine the ranks share cores and memory, not network links, so the sweep above cannot
+# show what the ring is for. Chapter 8 introduces the course's **emulated link**
+# (`disttutor/links/`), a stand-in for a network: the messages still travel for real (the sums stay
+# exact), but a message of `b` bytes occupies the sender's outgoing link and the receiver's incoming
+# link for `α + b/β` (the link's latency α and bandwidth β), one message after another on each; the
+# wait is a sleeping timer, not CPU work. The from-scratch functions of section 4 run **unchanged**:
+# `over_link` re-binds the name `dist` inside the function to the emulated link's
+# `send / recv / isend / irecv`:
+
+# %%
+from disttutor.course.source import show_code
+from disttutor.viz import links as linkviz
+
+show_code("disttutor.programs.emulated_link", "ring")
+
+# %% [markdown]
+# On such a link the table of section 4 becomes time. The naive root receives `n−1` whole tensors
+# one after another, then sends `n−1`: `2(n−1)·(α + N/β)`. A ring step moves one chunk of `N/n`
+# in both directions at once on every link: `2(n−1)·(α + N/(nβ))`. When the link is bandwidth-bound
+# (`N/β` far above α) the ring is about `n` times faster. The two runs below use 4 and 8 ranks on a
+# 1 GbE link, more ranks than this machine may have cores: that is fine here, because a rank spends
+# the emulated time asleep, not computing. Where the real loopback message took longer than the
+# emulated one (a busy machine), the run counts it as *late* and the time shows it.
+
+# %%
+ring_runs = [disttutor.launch("emulated_link", nproc=n, args={"link": "1GbE", "parts": ("ring",), "sizes": (4 << 20,)},
+                              stream=False, timeout=280).results[0]["ring"][0] for n in (4, 8)]
+link_caption = ring_runs[0]["caption"]
+linkviz.plot_ring_vs_naive(ring_runs, link_caption)
+plt.show()
+for r in ring_runs:
+    print(f"{link_caption}: {r['world']} ranks, {r['bytes'] >> 20} MiB: naive {1e3 * r['naive_s']:.0f} ms "
+          f"(model {1e3 * r['naive_model_s']:.0f}), ring {1e3 * r['ring_s']:.0f} ms (model {1e3 * r['ring_model_s']:.0f}): "
+          f"the ring was {r['naive_s'] / r['ring_s']:.1f}x faster (the link's model: {r['naive_model_s'] / r['ring_model_s']:.1f}x); "
+          f"late messages: naive {r['naive_late']}, ring {r['ring_late']}")
+# The link's time is a floor: each message waits its alpha + bytes/beta (5 %: the ranks leave the barrier
+# that starts a call up to a few ms apart on a busy machine, and the model's time is counted from each rank's own start).
+assert all(r[f"{a}_s"] >= 0.95 * r[f"{a}_model_s"] for r in ring_runs for a in ("naive", "ring"))
+if os.getloadavg()[0] < 0.5 * disttutor.cores():   # a timing assert only on a quiet machine
+    assert all(r["ring_s"] < r["naive_s"] for r in ring_runs)
+
+# %% tags=["nbval-check-output"]
+assert all(r["naive_ok"] and r["ring_ok"] for r in ring_runs)
+print("naive and ring all-reduce on the emulated link, 4 and 8 ranks: sums equal dist.all_reduce's")
 
 # %% [markdown]
 # ### The 16 MB benchmark

@@ -371,14 +371,178 @@ if best["hidden_ms"] > 0:
     print(f"On your machine DDP hid up to {best['hidden_ms']:.1f} ms of its {best['comm_ms']:.1f} ms of "
           f"all-reduces behind the backward (bucket_cap_mb={best['cap_mb']:g}).")
 else:
-    print(f"On your machine no bucket size hid communication: the backward under DDP took longer than "
+    print(f"On loopback no bucket size hid communication here: the backward under DDP took longer than "
           f"backward alone + all-reduces alone for every size (best {best['hidden_ms']:+.1f} ms)."
           + (f" With {t['backend']} on {t['device']} the all-reduce's reductions and copies need CPU time too: "
-             f"they competed with the backward for {disttutor.cores()} cores instead of running beside it."
+             f"they competed with the backward for {disttutor.cores()} cores instead of running beside it. "
+             "On a network the transfer is the network card's work: the emulated link below shows that case."
              if t["device"].startswith("cpu") else
              f" ({t['backend']} on {t['device']}: chapter 9's profiler shows what the all-reduces waited on.)"))
 print(f"one all-reduce of the whole {t['grad_mb']:.1f} MiB gradient took {one['comm_ms']:.1f} ms here; "
       f"no_sync at k=4 would save {3 * one['comm_ms']:.0f} ms per optimiser step on a model this size.")
+
+# %% [markdown]
+# ### On a slow network: the emulated link
+#
+# Loopback is not a network. Here an all-reduce is CPU work (copies and sums by gloo's threads on
+# the same cores as the backward), so there is little to hide it behind; between machines the
+# transfer is the network card's work and the CPU is free meanwhile. An **emulated link**
+# (`disttutor/links/`) is the course's stand-in for a network: every collective still runs for real
+# on gloo, so every result is unchanged, but its future completes no earlier than `α + bytes/β`
+# after it started, for a link's **latency α** (seconds per message) and **bandwidth β** (bytes per
+# second). Transfers on one link queue behind each other, as on a network card. When the real
+# loopback time is shorter than the emulated one it is hidden inside it; when it is longer it shows,
+# and the run counts those transfers as *late*. The presets and where their figures come from
+# (*reported*: printed by the source; *derived*: computed from a reported figure; *assumed*: no
+# published figure confirmed):
+
+# %% tags=["nbval-check-output"]
+from disttutor.course.source import show_code
+from disttutor.links.presets import PRESETS
+from disttutor.viz import links as linkviz
+
+for key, link in PRESETS.items():
+    for figure, value, tag, source in link.sources():
+        print(f"{key:7} {figure:5} {value:>10}  {tag:8}  {source}")
+assert all(c.tag in ("reported", "derived", "assumed") and c.source for l in PRESETS.values() for c in (l.alpha, l.beta))
+
+# %% [markdown]
+# How the link waits without using the CPU: when the real all-reduce is done, a
+# `threading.Timer` sleeps until the link's due time and only then completes the future DDP waits
+# for (`disttutor/links/emulated.py`):
+
+# %%
+show_code("disttutor.links.emulated", "timer")
+
+# %% [markdown]
+# `max(left, 0)`: the future completes at the later of the emulated due time and the real
+# completion. The result is set from the timer's own thread, never inline in gloo's thread: a hook
+# that waits inside its callbacks (PowerSGD does) needs a free thread for the next transfer.
+#
+# Two DDP communication hooks put the buckets on the link (`disttutor/links/ddp_hooks.py`).
+# `link_hook` all-reduces each bucket as soon as DDP hands it over, during the backward — DDP's
+# default behaviour, **overlap**. `deferred_hook` holds every bucket until the last one
+# (`bucket.is_last()`: the first layers' gradients, the last the backward produces), then sends
+# them all — the same bytes, **no overlap**:
+
+# %%
+show_code("disttutor.links.ddp_hooks", "hooks")
+
+# %% [markdown]
+# `disttutor/programs/emulated_link.py` first measures the link back (a slow probe link, so that
+# timer lateness is small against it), then sizes the batch on your machine so that a step's
+# compute takes about as long as the emulated all-reduce of its gradients, and times a step four
+# ways: compute alone (`no_sync`: nothing sent), communication alone (the same buckets, no
+# compute), with overlap and without:
+
+# %%
+show_code("disttutor.programs.emulated_link", "overlap")
+
+# %%
+IDLE = os.getloadavg()[0] < 0.5 * disttutor.cores()   # timing asserts only on a quiet machine
+emu = disttutor.launch("emulated_link", nproc=2, args={"link": "1GbE", "parts": ("probe", "overlap", "compression", "nosync")},
+                       **LAUNCH)
+e = emu.results[0]
+from disttutor.links.fit import fit_probe, summary
+from disttutor.links.presets import preset
+
+LINK = preset(e["link"])
+probe_alpha, probe_beta = fit_probe(e["probe"], e["world"])
+figures = summary(e)
+print(f"emulated link: probe (alpha={e['probe_link']['alpha'] * 1e6:g} us, beta={e['probe_link']['beta'] / 1e9:g} GB/s), "
+      f"fitted back from {len(e['probe'])} sizes: alpha {probe_alpha * 1e3:.2f} ms ({figures['emulated_alpha_err']:.1%} off), "
+      f"beta {probe_beta / 1e6:.1f} MB/s ({figures['emulated_beta_err']:.1%} off); load {os.getloadavg()[0]:.1f}")
+assert all(r["time_s"] >= 0.99 * r["model_s"] for r in e["probe"])  # the emulated time is a floor, always
+if IDLE:
+    assert figures["emulated_alpha_err"] < 0.1 and figures["emulated_beta_err"] < 0.1
+print(LINK.caption(), f"| batch {e['batch']} per rank, sized on this machine")
+
+# %%
+o = e["overlap"]
+C, M, OV, DE = (1e3 * o[k] for k in ("compute_s", "comm_s", "overlap_s", "deferred_s"))
+linkviz.plot_overlap(o, LINK.caption())
+plt.show()
+hidden = figures["overlap_hidden"]
+print(f"{LINK.caption()}: {len(o['bucket_bytes'])} buckets of {max(o['bucket_bytes']) / 2**20:.1f} MiB; "
+      f"compute alone {C:.0f} ms, communication alone {M:.0f} ms (the link's model: {1e3 * o['comm_model_s']:.0f} ms).")
+print(f"With DDP's bucketed overlap a step took {OV:.0f} ms (max(compute, communication) = {max(C, M):.0f} ms); "
+      f"without overlap {DE:.0f} ms (compute + communication = {C + M:.0f} ms)"
+      + (f": bucketing hid {hidden:.0%} of the communication ({C + M - OV:.0f} of {M:.0f} ms)" if OV < C + M else
+         ": overlap hid nothing in this run") + f" (load {os.getloadavg()[0]:.1f} on {disttutor.cores()} cores).")
+busy = o["late"] / o["transfers"]
+print(f"{o['late']} of {o['transfers']} transfers' real loopback time outlasted the emulated one"
+      + (": every time above is the link's." if o["late"] == 0 else
+         f": the real all-reduce is CPU work, and on this machine it sometimes took longer than the emulated network "
+         f"({busy:.0%} of transfers), which makes those steps slower than the link alone would."
+         + (" With that many late transfers the comparison is about this machine's load, not the link: rerun it on a "
+            "quiet machine." if busy > 0.25 else "")))
+if IDLE:
+    assert OV < DE   # overlap beats communication after the backward when the machine is quiet
+
+# %% [markdown]
+# Why overlap does not reach `max(compute, communication)` exactly: the bucket with the first
+# layers' gradients is only ready when the backward ends, so its all-reduce can never be hidden,
+# and the forward pass comes before any gradient exists. Smaller buckets shrink that last,
+# exposed piece and pay α more often — on a real network, the trade-off `bucket_cap_mb` tunes.
+#
+# **Compression on the link.** torch's own hooks, unchanged: inside
+# `emulated_all_reduce(link)` every `dist.all_reduce` a hook calls (also inside PowerSGD's
+# callbacks) crosses the link with the bytes it really sends — fp16's half, PowerSGD's rank-1
+# factors. These steps use a quarter of the batch above, so communication dominates, as it does on
+# a slow network:
+
+# %%
+show_code("disttutor.programs.emulated_link", "compression")
+
+# %%
+comp = e["compression"]
+linkviz.plot_compression(comp, LINK.caption())
+plt.show()
+f32, f16, psgd = comp["fp32"], comp["fp16"], comp["powersgd"]
+for name, r in comp.items():
+    print(f"{name:8}  {r['bytes_per_step'] / 2**20:7.3f} MiB per step on the link ({r['link_s_per_step'] * 1e3:5.1f} ms of it)  "
+          f"step {r['step_s'] * 1e3:5.1f} ms  ({r['transfers_late']} of {r['transfers']} transfers late)")
+def speed(a, b):  # "1.6x faster" / "1.3x slower": step time b against a
+    return f"{a / b:.2f}x faster" if b < a else f"{b / a:.2f}x slower"
+
+
+print(f"{LINK.caption()}: fp16 put {f16['bytes_per_step'] / f32['bytes_per_step']:.2f}x the bytes of fp32 on the link and its "
+      f"step took {f16['step_s'] * 1e3:.0f} ms instead of {f32['step_s'] * 1e3:.0f} ms ({speed(f32['step_s'], f16['step_s'])}).")
+print(f"PowerSGD (rank 1) sent {f32['bytes_per_step'] / psgd['bytes_per_step']:.0f}x fewer bytes than fp32; its step took "
+      f"{psgd['step_s'] * 1e3:.0f} ms ({speed(f32['step_s'], psgd['step_s'])} than fp32)"
+      + ("." if psgd["step_s"] < f16["step_s"] else
+         f", not faster than fp16: its {psgd['transfers']} small all-reduces run one after another "
+         f"(each waits for the previous), and {psgd['transfers_late']} of them took longer on real loopback than on the link."))
+late = sum(r["transfers_late"] for r in comp.values()) / sum(r["transfers"] for r in comp.values())
+if late > 0.25:
+    print(f"{late:.0%} of these transfers were late (load {os.getloadavg()[0]:.1f} on {disttutor.cores()} cores): "
+          "the step times are this machine's load more than the link; rerun on a quiet machine.")
+if IDLE:
+    assert f16["step_s"] < f32["step_s"]
+
+# %% tags=["nbval-check-output"]
+assert f16["bytes_per_step"] * 2 == f32["bytes_per_step"]           # fp16: exactly half the bytes on the link
+assert psgd["bytes_per_step"] < 0.05 * f32["bytes_per_step"]        # rank-1 factors of 512x512 gradients: tiny
+print("bytes on the emulated link: fp16 exactly half of fp32; PowerSGD under 5 % of fp32")
+
+# %% [markdown]
+# **Fewer syncs.** Section 2's `no_sync` on the same link: k = 4 micro-batches per optimiser step,
+# all-reducing after every backward, or only after the last:
+
+# %%
+show_code("disttutor.programs.emulated_link", "nosync")
+
+# %%
+ns = e["nosync"]
+every, once = 1e3 * ns["every_s"], 1e3 * ns["once_s"]
+per_sync = 1e3 * f32["link_s_per_step"]   # the link's time for one all-reduce of all gradients (same buckets)
+print(f"{LINK.caption()}: k={ns['k']} micro-batches, syncing every one {every:.0f} ms per optimiser step, "
+      f"with no_sync for the first {ns['k'] - 1}: {once:.0f} ms; "
+      + (f"saved {every - once:.0f} ms ({1 - once / every:.0%})" if once < every else "nothing saved in this run")
+      + f", against {ns['k'] - 1} x {per_sync:.0f} ms = {(ns['k'] - 1) * per_sync:.0f} ms of link time "
+      f"the skipped all-reduces would have needed (load {os.getloadavg()[0]:.1f}).")
+if IDLE:
+    assert once < every
 
 # %% [markdown]
 # **`gradient_as_bucket_view=True`.** Without it every gradient exists twice: in `p.grad` and,

@@ -1,0 +1,121 @@
+"""The emulated link (disttutor.links): its timing model, measured back, and that it changes no result.
+
+One 2-rank launch of ``emulated_link`` (parts ``probe``, ``check``, ``ring``) is shared by the
+multi-process tests; the chapters (2 and 8, under nbval) run the timed experiments themselves.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import disttutor
+from disttutor.links.emulated import EmulatedLink, now
+from disttutor.links.fit import fit_probe, summary
+from disttutor.links.presets import PRESETS, custom, preset
+from disttutor.programs.emulated_link import PROBE, LinkConfig
+
+SLOW = 400  # seconds: one launch, ~20 s idle, a few minutes at load ~10 on the shared 2 cores
+
+
+def test_presets_carry_sources_and_the_model():
+    for link in PRESETS.values():
+        for c in (link.alpha, link.beta):
+            assert c.tag in ("reported", "derived", "assumed") and len(c.source) > 20, (link.name, c)
+        assert link.caption().startswith(f"emulated link: {link.name} (alpha=")
+    ten = preset("10GbE")
+    assert ten.beta.value == 10e9 / 8 and ten.beta.tag == "derived" and ten.alpha.tag == "reported"
+    # a ring all-reduce: 2(n-1) messages of N/n bytes
+    n, N = 4, 8 << 20
+    assert ten.all_reduce_time(N, n) == pytest.approx(6 * ten.alpha.value + 6 / 4 * N / ten.beta.value)
+    assert ten.all_reduce_time(N, 1) == 0.0
+    with pytest.raises(ValueError, match="unknown link 'wifi'; choose from 1GbE"):
+        preset("wifi")
+    with pytest.raises(ValueError, match="beta > 0"):
+        custom(1e-3, 0, "bad")
+    with pytest.raises(ValueError, match="parts must be among"):
+        LinkConfig(parts=("teleport",))
+    with pytest.raises(ValueError, match="unknown link"):
+        LinkConfig(link="wifi")
+
+
+def test_transfers_queue_on_one_link():
+    link = EmulatedLink(custom(0.0, 1.0, "test"))
+    assert link.reserve(0.1, 1, at=0.0) == pytest.approx(0.1)
+    assert link.reserve(0.1, 1, at=0.05) == pytest.approx(0.2)  # the link was busy: it waits its turn
+    assert link.reserve(0.1, 1, at=1.0) == pytest.approx(1.1)   # idle link: starts at once
+    assert link.transfers == 3 and link.busy_s == pytest.approx(0.3)
+
+
+def test_a_transfer_waits_without_the_cpu_and_compute_overlaps_it():
+    link = EmulatedLink(custom(0.0, 1.0, "test"))
+    real = torch.futures.Future()
+    real.set_result([torch.ones(2)])                 # the real collective: done at once
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    fut = link.complete_at(real, now() + 0.3)
+    x = torch.randn(256, 256)
+    while not fut.done():                            # compute while the link "transfers"
+        x = torch.tanh(x @ x.T / 256)
+    wall = time.perf_counter() - wall0
+    assert torch.equal(fut.value()[0], torch.ones(2))   # the real result, handed on
+    assert wall >= 0.3                               # a floor: never before the due time
+    # The matrix work ran during the transfer (the loop spun until the future completed), so this
+    # process used CPU for about the whole wait: the timer itself did not stop the compute.
+    assert time.process_time() - cpu0 > 0.0
+    idle0, idle_cpu0 = time.perf_counter(), time.process_time()
+    link.complete_at(real, now() + 0.3).wait()       # nothing else to do: just wait
+    # Sleeping threads use no CPU: 0.3 s of waiting costs far below 0.1 s of CPU on any machine
+    # (a spinning wait would cost ~0.3 s).
+    assert time.perf_counter() - idle0 >= 0.3 and time.process_time() - idle_cpu0 < 0.1
+
+
+def test_fit_recovers_a_line():
+    rows = [{"bytes": b, "time_s": 2 * 0.01 + b / 125e6} for b in (1 << 20, 4 << 20)]   # 2 ranks
+    alpha, beta = fit_probe(rows, 2)
+    assert alpha == pytest.approx(0.01) and beta == pytest.approx(125e6)
+
+
+@pytest.fixture(scope="module")
+def run():
+    res = disttutor.launch("emulated_link", 2, {"parts": ("probe", "check", "ring"), "sizes": (1 << 18, 1 << 20)},
+                           stream=False, timeout=SLOW)
+    return res.results[0]
+
+
+@pytest.mark.timeout(SLOW + 60)
+def test_alpha_and_beta_measured_back_within_ten_percent(run):
+    for r in run["probe"]:
+        # The emulated time is a floor the timers enforce (a timer never fires early): always.
+        assert r["time_s"] >= 0.99 * r["model_s"], r   # 1 %: the two clocks' reads around a call
+    s = summary(run)
+    # Within 10 % (issue 23). Why this holds under load: the probe link is slow (2 alpha = 100 ms,
+    # then 8-67 ms for 1-8 MB), each size keeps the *minimum* of 5 calls (load only makes a call
+    # later, never earlier), and a timer's lateness (< 1 ms idle, a few ms at load 30 on 2 cores)
+    # is then a few % of alpha at most; lateness common to all sizes moves alpha, not beta (the slope).
+    assert s["emulated_alpha_err"] < 0.10, (s, run["probe"])
+    assert s["emulated_beta_err"] < 0.10, (s, run["probe"])
+    assert run["probe_link"] == {"alpha": PROBE.alpha.value, "beta": PROBE.beta.value}
+
+
+@pytest.mark.timeout(SLOW + 60)
+def test_hooks_on_the_link_give_ddp_gradients(run):
+    c = run["check"]
+    # The real gloo all-reduce runs under every hook: fp32 sums of 2 ranks' means in another order
+    # than one process's mean, ~1e-7 of the largest gradient; a hook that forgot to average or
+    # dropped a bucket is off by ~100 %.
+    for way in ("link_hook", "deferred_hook", "fp32_on_link"):
+        assert c[way] < 1e-5, (way, c)
+    # fp16 keeps 11 significant bits: each rank's averaged gradient and their sum are each rounded
+    # by <= 2^-11 (4.9e-4) of their size, so <= ~1e-3 of the largest gradient; 2e-3 leaves room.
+    assert c["fp16_on_link"] < 2e-3, c
+    assert c["fp16_on_link"] > c["fp32_on_link"]       # the rounding is really there: the bytes were halved
+
+
+@pytest.mark.timeout(SLOW + 60)
+def test_scratch_all_reduces_on_the_link_stay_exact_and_pay_the_model(run):
+    for row in run["ring"]:
+        assert row["naive_ok"] and row["ring_ok"], row
+        for algo in ("naive", "ring"):
+            # a floor again: each message waits its alpha + bytes / beta on both ends
+            assert row[f"{algo}_s"] >= 0.99 * row[f"{algo}_model_s"], row
