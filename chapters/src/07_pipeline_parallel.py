@@ -503,8 +503,9 @@ else:
           "not asserted)")
 
 # %% [markdown]
-# `benchmarks/bench_pipeline.py` makes the same comparison with compute-bound stages (1024-wide
-# layers), GPipe and 1F1B on 4 ranks for m = 4, 8, 16, and prints the model's error too.
+# `benchmarks/bench_pipeline.py` makes the same comparison with one launch per configuration (GPipe
+# and 1F1B on 4 ranks for m = 4, 8, 16) and prints the model's error too; `benchmarks/bench_effects.py`
+# repeats this section's sizing and reports the bubble's fall next to the load average.
 #
 # ## 5. Two traps, reproduced safely
 #
