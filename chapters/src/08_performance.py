@@ -144,7 +144,16 @@ small = bf16_cost.cast_vs_matmul([perf.D_IN, *perf.HIDDEN, perf.D_OUT], batch=64
 large = bf16_cost.cast_vs_matmul([1024] * 4, batch=256)
 print(bf16_cost.explain(small, large, f"the chapter's model ({small['gflop'] * 1e3:.2f} MFLOP)",
                         f"3 x Linear(1024, 1024) at 256 rows ({large['gflop']:.2f} GFLOP)", cpu))
-print(f"(load average {os.getloadavg()[0]:.1f}; forward passes only, a backward repeats the same trade twice)")
+# A backward runs two matmuls per forward one (gradient of the input, of the weight): ~3x the forward's trade.
+extra_ms = 3 * (small["autocast"] - small["fp32"])
+print(f"In the DDP step above (fp32 {a['step_ms_fp32']:.1f} ms) the model's matmuls take ~{3 * small['fp32']:.2f} ms "
+      f"forward + backward: autocast's trade moves the step by ~{extra_ms:+.2f} ms, a predicted step ratio of "
+      f"{1 + extra_ms / a['step_ms_fp32']:.2f}; the rest of the step is DDP's all-reduce, the optimizer and Python. "
+      f"The run measured {ratio:.2f}"
+      + (" — the same direction." if (ratio > 1) == (extra_ms > 0) else
+         f" — the other direction: at a difference this small the step ratio is noise (load average "
+         f"{os.getloadavg()[0]:.1f}), the parts above are the finding."))
+print(f"(load average {os.getloadavg()[0]:.1f}; the parts are forward passes, one thread)")
 
 # %% [markdown]
 # **What the same experiment gives on GPUs** — not measurable here, so quoted: a published
