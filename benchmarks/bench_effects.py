@@ -4,7 +4,7 @@ Each experiment is sized from the machine as its chapter sizes it, then measured
 
 * **DDP weak scaling** (chapter 4): ranks <= usable cores; the per-step overhead on N ranks is
   measured (a step at 8 samples a rank) with the compute per sample (one thread), the per-rank
-  batch is chosen so compute is ~8x the overhead (:mod:`disttutor.data_parallel.scaling`), and
+  batch is chosen so compute is ~12x the overhead (:mod:`disttutor.data_parallel.scaling`), and
   torch DDP's samples/s on N ranks over 1 rank is ``ddp_speedup`` (target >= 0.85 N: 1.7x on 2);
 * **pipeline bubble** (chapter 7): 2 stages (4 with 4+ cores), GPipe and 1F1B at m = 2, 4, 8, the
   micro-batch sized so a forward slot is ~10x the measured gap between slots
