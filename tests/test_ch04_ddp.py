@@ -76,3 +76,48 @@ def test_uneven_inputs_without_join_fail_cleanly(no_leftovers):
                            timeout=120, collective_timeout=10, check=False)
     assert not res.ok and res.outcome == "finished"  # ended by itself (mismatch detected or timeout), no hang
     assert set(res.ranks_with("error", "stopped")) == {0, 1}
+
+
+# --- Section 7's sizing (disttutor.data_parallel.scaling): pure arithmetic, no ranks ---------------
+
+def test_weak_scaling_ranks_never_exceed_the_cores():
+    from disttutor.data_parallel.scaling import ranks_for_speed
+
+    # one core still shows 1 vs 2 ranks (what time-sharing costs); otherwise a core per rank, at most 4
+    assert [ranks_for_speed(c) for c in (1, 2, 3, 4, 8, 64)] == [[1, 2], [1, 2], [1, 2], [1, 2, 4], [1, 2, 4],
+                                                                  [1, 2, 4]]
+
+
+def test_weak_scaling_batch_is_chosen_from_the_measured_overhead():
+    from disttutor.data_parallel.scaling import choose_batch
+
+    # 0.1 ms a sample, 20 ms overhead: the first power of two with >= 8 x 20 ms of compute is 2048
+    b = choose_batch(20.0, 0.1, ratio=8, budget_ms=1000)
+    assert b == 2048 and b * 0.1 >= 8 * 20 > (b // 2) * 0.1
+    # the budget wins over the ratio on a slow machine: compute stays within it
+    assert choose_batch(20.0, 0.1, ratio=8, budget_ms=60) * 0.1 <= 60
+    assert choose_batch(0.0, 0.1) == 64  # no overhead: the smallest batch already wins
+    with pytest.raises(ValueError, match="per_sample_ms"):
+        choose_batch(10.0, 0.0)
+
+
+def test_weak_scaling_verdict_is_computed_from_the_numbers():
+    from disttutor.data_parallel.scaling import speedup, verdict
+
+    assert speedup({1: 100.0, 2: 110.0}, 2) == pytest.approx(200 / 110)
+    ok = verdict(1.8, 2, 1.7, 10, 100, load=0.1, cores=2)
+    assert "1.80x" in ok and "reached" in ok and "NOT" not in ok and "100 ms" in ok
+    slow = verdict(1.1, 2, 1.7, 50, 60, load=3.0, cores=2)
+    assert "NOT reached" in slow and "load average 3.0" in slow and "not large against the overhead" in slow
+    assert "time-share 1 core" in verdict(0.6, 2, 1.7, 10, 100, load=0.0, cores=1)
+    assert "noise" in verdict(2.5, 2, 1.7, 10, 100, load=0.0, cores=2)  # above linear is not parallelism
+
+
+def test_compute_per_sample_is_measured_on_one_thread_and_restores_threads():
+    import torch
+
+    from disttutor.data_parallel.scaling import compute_ms_per_sample
+
+    before = torch.get_num_threads()
+    assert compute_ms_per_sample({"d_in": 16, "hidden": (16,), "d_out": 4}, batch=8, repeats=1) > 0
+    assert torch.get_num_threads() == before

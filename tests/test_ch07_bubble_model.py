@@ -69,3 +69,37 @@ def test_sweep_config_is_validated():
         SweepConfig(schedules=("interleaved",))
     with pytest.raises(ValueError, match="microbatches"):
         SweepConfig(microbatches=(4, 0))
+
+
+# --- The sweep's sizing (disttutor.pipeline.slot_size) ------------------------------------------
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_mean_gap_is_measured_back_from_a_known_timeline(schedule):
+    from disttutor.pipeline.slot_size import mean_gap_ms
+
+    spec = PipeSpec(schedule, 2, 4)
+    slots = replay(spec, [RankCosts(1.0, 2.0, 0.25, 0.75)] * 2)  # seconds: local 0.25, hand-off 0.75
+    assert abs(mean_gap_ms(spec, slots) - 500.0) < 1e-6  # the mean of the two, in ms (rounding only)
+
+
+def test_micro_batch_is_sized_from_the_gap_and_the_budget():
+    from disttutor.pipeline.slot_size import choose_mb_size
+
+    rows = choose_mb_size(2.2, 0.1, ratio=10, budget_ms=1000)  # 22 ms of forward needed at 0.1 ms a row
+    assert rows == 256 and rows * 0.1 >= 22 > (rows // 2) * 0.1
+    assert choose_mb_size(2.2, 0.1, ratio=10, budget_ms=10) * 0.1 <= 10  # the budget caps the slot
+    with pytest.raises(ValueError, match="per_row_ms"):
+        choose_mb_size(1.0, 0.0)
+
+
+def test_fall_ratio_is_one_on_the_formula_and_zero_on_a_flat_bubble():
+    from disttutor.pipeline.slot_size import fall_ratio
+
+    theory = {m: formula(PipeSpec("gpipe", 2, m)) for m in (2, 4, 8)}
+    assert abs(fall_ratio(theory, theory, 2, 8) - 1.0) < TOL
+    # chapter 7's old sweep: a bubble stuck near 0.7 whatever m shows none of the formula's fall
+    assert abs(fall_ratio({2: 0.7, 8: 0.7}, theory, 2, 8)) < TOL
+    # a drawn run with gaps: slots 10x the gap keep most of the fall
+    drawn = {m: bubble_stats(replay(PipeSpec("gpipe", 2, m), [RankCosts(1.0, 2.0, 0.1, 0.1)] * 2), 2)["bubble"]
+             for m in (2, 8)}
+    assert fall_ratio(drawn, theory, 2, 8) > 0.5

@@ -164,3 +164,49 @@ def test_exercise_8_2_stub_and_mistake_fail(no_leftovers):  # the solution passe
     no_mean = open(SOL2).read().replace("(buffer / dist.get_world_size())", "buffer")
     r = check_compress_hook(no_mean)
     assert not r.passed and "loss" in str(r), str(r)
+
+
+# --- bf16 on this CPU, measured in parts; GPUs reported with their source; the loader's dataset ----
+
+def test_cpu_bf16_support_reads_the_flags(tmp_path):
+    from disttutor.data_parallel.bf16_cost import cpu_bf16_support
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    got = cpu_bf16_support(str(info))
+    assert got["flags"] == {"avx2": True, "avx512f": True, "avx512_bf16": True, "amx_tile": False, "amx_bf16": False}
+    assert isinstance(got["capability"], str) and got["capability"]
+    # not Linux: the flags are unknown (None), never reported absent
+    assert set(cpu_bf16_support(str(tmp_path / "missing"))["flags"].values()) == {None}
+
+
+def test_cast_vs_matmul_times_each_part_and_explains_it():
+    from disttutor.data_parallel.bf16_cost import cast_vs_matmul, explain
+
+    r = cast_vs_matmul([8, 16, 4], batch=4, repeats=1)
+    assert all(r[k] > 0 for k in ("fp32", "bf16", "casts", "autocast"))
+    assert r["gflop"] == pytest.approx(2 * 4 * (8 * 16 + 16 * 4) / 1e9)
+    cpu = {"flags": {"amx_bf16": False, "avx512_bf16": True}}
+    slow = {"fp32": 1.0, "bf16": 2.0, "casts": 0.1, "autocast": 2.2}
+    assert "not faster than fp32 on this CPU (amx_bf16: no, avx512_bf16: yes)" in explain(slow, slow, "a", "b", cpu)
+    fast_big = {"fp32": 4.0, "bf16": 1.0, "casts": 0.5, "autocast": 1.6}
+    assert "the casts" in explain(slow, fast_big, "a", "b")          # small: casts win; large: bf16 wins
+    assert "outweigh the casts at both sizes" in explain(fast_big, fast_big, "a", "b")
+
+
+def test_reported_gpu_figures_carry_their_source():
+    from disttutor.data_parallel.amp_reported import ROWS, table
+
+    assert ROWS and all("github.com/NVIDIA/DeepLearningExamples" in r.source for r in ROWS)
+    assert all(r.speedup == r.mixed_value / r.full_value for r in ROWS)  # derived, not typed in
+    assert all(k.endswith(("(reported)", "(derived)")) for k in table()[0] if k not in ("GPU", "experiment"))
+
+
+def test_decode_dataset_resizes_what_a_worker_ships():
+    from disttutor.programs.dataloading import DecodeDataset
+
+    img, i = DecodeDataset(4, side=48, out=16)[3]
+    assert tuple(img.shape) == (16, 16) and i == 3
+    assert tuple(DecodeDataset(2, side=8, out=16)[0][0].shape) == (8, 8)  # never upsampled past --side
+    with pytest.raises(ValueError, match="out"):
+        LoadConfig(out=0)

@@ -42,3 +42,28 @@ def test_unused_cost_config_is_validated():
 
     with pytest.raises(ValueError, match="repeats"):
         UnusedCostConfig(repeats=0)
+
+
+def test_bench_effects_ends_with_one_json_object(capsys, monkeypatch, tmp_path):
+    # The parts that launch ranks are replaced here (the chapters prove them under nbval); what is
+    # checked is the contract of issue 23: one JSON object on the last line, with cores and load, and
+    # the emulated link's keys merged in without overwriting ours (its cores/load become link_*).
+    import json
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import bench_effects
+
+    monkeypatch.setattr(bench_effects, "ddp", lambda cores, rounds: {
+        "ddp_speedup": 1.8, "ranks": 2, "ddp_per_rank_batch": 512, "ddp_overhead_ms": 10.0, "ddp_compute_ms": 90.0})
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "effects_link.py").write_text(
+        "def measure_link():\n    return {'emulated_alpha_err': 0.01, 'emulated_beta_err': 0.02, "
+        "'overlap_hidden': 0.7, 'compression_speedup': 1.5, 'cores': -1, 'load_before': 9.0}\n")
+    monkeypatch.setattr(bench_effects, "ROOT", str(tmp_path))
+    assert bench_effects.main(["--json", "--skip", "bubble"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ddp_speedup"] == 1.8 and out["ranks"] == 2 and out["cores"] >= 1
+    assert out["overlap_hidden"] == 0.7 and out["compression_speedup"] == 1.5 and out["link_cores"] == -1
+    assert out["link_load_before"] == 9.0 and set(out["load"]) == {"start", "after_ddp", "after_link", "end"}

@@ -495,59 +495,90 @@ plot_trace({"torch DDP": trace_torch, "from scratch": ref_scratch[0]["trace"]})
 plt.show()
 
 # %% [markdown]
-# ## 7. How fast? Naive vs bucketed vs torch DDP, 1 → 2 → 4 ranks
+# ## 7. How fast? Naive vs bucketed vs torch DDP, sized for your machine
 #
 # `ddp_scratch.py --time` builds the three wrappers on identical models and data and times them in
 # interleaved rounds (so they share the machine's ups and downs); each timed block starts and ends
-# with a barrier, so it measures the slowest rank. The per-rank batch is fixed (weak scaling): with
-# `W` ranks, each step trains on `W` times more samples.
+# with a barrier, so it measures the slowest rank. The per-rank batch is fixed (**weak scaling**: with
+# `W` ranks, each step trains on `W` times more samples, and the ideal is `W` times the samples/s).
 #
-# **Caveat.** On a CPU-only machine these are processes talking through gloo over loopback, sharing
-# the machine's cores with each other and with whatever else runs (the cell prints the core count and
-# the load). With more ranks than cores, the ranks also take turns on the CPU. None of these numbers transfer to GPUs with NCCL, where compute is
-# much faster and communication — and hiding it behind backward — matters far more.
+# Whether data parallelism pays is arithmetic: a step costs the per-rank compute `c·B` (`c` per
+# sample, `B` samples a rank) plus an **overhead** `o` that compute does not shrink — the all-reduce of
+# every gradient, Python, the barrier. On `W` ranks the speed-up is `W·(o₁ + c·B)/(o_W + c·B)`, close
+# to `W` only when `c·B` is large against `o_W`. So this section first **measures** both on your
+# machine and picks `B` from them, and uses no more ranks than `disttutor.cores()`: two ranks on one
+# core take turns, and time-sharing is not parallelism.
 
 # %%
-TIMING = {"time": True, "wrappers": ["torch", "bucketed", "naive"], "steps": 4, "rounds": 2, "warmup": 1,
-          "d_in": 64, "hidden": [256] * 4, "d_out": 16, "samples": 512, "bucket_cap": 2**17}  # 3 buckets
-PER_RANK = 32
+from disttutor.data_parallel import scaling  # noqa: E402
+
+CORES = disttutor.cores()
+RANKS = scaling.ranks_for_speed(CORES)  # 1, 2, 4 while each rank has a core of its own
+N = RANKS[-1]
+MODEL_KW = scaling.MODEL  # 3 x Linear(1024, 1024): 3.1 M parameters, 12 MiB of fp32 gradients
+TIMING = {"time": True, "d_in": MODEL_KW["d_in"], "hidden": list(MODEL_KW["hidden"]), "d_out": MODEL_KW["d_out"],
+          "bucket_cap": 2**20}  # 4 MiB buckets: 3 of them, one per layer
+LOAD_7 = os.getloadavg()[0]
+# The overhead: a step on N ranks with 8 samples a rank, where there is almost nothing to compute.
+probe = disttutor.launch("ddp_scratch", nproc=N, stream=False,
+                         args={**TIMING, "wrappers": ["torch"], "steps": 4, "rounds": 1, "warmup": 1,
+                               "batch": 8 * N, "samples": 8 * N})
+per_sample = scaling.compute_ms_per_sample(MODEL_KW)  # one thread, as a rank runs
+overhead = max(probe.results[0]["step_ms"]["torch"] - 8 * per_sample, 0.0)
+PER_RANK = scaling.choose_batch(overhead, per_sample)
+print(f"{CORES} usable core(s) -> ranks {RANKS}; load average {LOAD_7:.1f}")
+print(f"measured: overhead per step on {N} ranks {overhead:.1f} ms, compute {per_sample:.3f} ms per sample "
+      f"-> {PER_RANK} samples a rank = {PER_RANK * per_sample:.0f} ms of compute a step "
+      f"({PER_RANK * per_sample / max(overhead, 1e-9):.1f}x the overhead)")
+
+# %%
 timings, rounds = {}, {}
-for n in (1, 2, 4):
-    res = disttutor.launch("ddp_scratch", nproc=n, stream=False, args={**TIMING, "batch": PER_RANK * n})
+for n in RANKS:
+    res = disttutor.launch("ddp_scratch", nproc=n, stream=False,
+                           args={**TIMING, "wrappers": ["torch", "bucketed", "naive"], "steps": 3, "rounds": 2,
+                                 "warmup": 1, "batch": PER_RANK * n, "samples": PER_RANK * n})
     timings[n], rounds[n] = res.results[0]["step_ms"], res.results[0]["samples_ms"]  # medians; every round
     print(f"{n} rank(s): " + ", ".join(f"{k} {v:.1f} ms" for k, v in timings[n].items())
           + f"  -> {PER_RANK * n / timings[n]['torch'] * 1e3:.0f} samples/s with torch DDP")
+LOAD_7_AFTER = os.getloadavg()[0]
 
 # %%
 plot_step_times(timings, PER_RANK, backend=res.ranks[0].info.get("backend", "?"),
                 device=res.ranks[0].info.get("device", "?"))
 plt.show()
-for n in (2, 4):
-    print(f"torch DDP throughput on {n} ranks vs 1 rank: {timings[1]['torch'] * n / timings[n]['torch']:.2f}x "
-          f"(ideal {n}x)")
+# The target: 85 % of linear (1.7x on 2 ranks); compute sized at 12x the overhead predicts ~92 %.
+TARGET = 0.85 * N
+speed = scaling.speedup({n: timings[n]["torch"] for n in RANKS}, N)
+print(scaling.verdict(speed, N, TARGET, overhead, PER_RANK * per_sample, max(LOAD_7, LOAD_7_AFTER), CORES))
 ratios = {}
-for n in (2, 4):  # ratios within each round (same machine state), then the median over rounds
+for n in RANKS[1:]:  # ratios within each round (same machine state), then the median over rounds
     ratio = ratios[n] = {k: statistics.median(a / b for a, b in zip(rounds[n][k], rounds[n]["torch"]))
                          for k in ("bucketed", "naive")}
     print(f"{n} ranks: bucketed/torch = {ratio['bucketed']:.2f}, naive/torch = {ratio['naive']:.2f}")
-print(f"backend {res.ranks[0].info.get('backend', '?')}, {disttutor.cores()} usable CPU cores, "
-      f"load average {os.getloadavg()[0]:.1f} after the runs")
+print(f"backend {res.ranks[0].info.get('backend', '?')}, {CORES} usable CPU cores, "
+      f"load average {LOAD_7:.1f} before, {LOAD_7_AFTER:.1f} after the runs")
+# Timing is asserted only on a quiet machine with a core per rank: elsewhere the verdict is printed.
+# The upper limit allows 10 % of noise above the ideal (the two sizes run minutes apart).
+if N <= CORES and max(LOAD_7, LOAD_7_AFTER) < 0.5 * CORES:
+    assert TARGET <= speed <= 1.1 * N, f"weak scaling {speed:.2f}x on an idle machine (target {TARGET:.2f}x)"
 
 # %% [markdown]
 # What to look for (your numbers are above; on a busy machine they jump between runs):
 #
+# * **samples/s grows with ranks** once each rank's compute per step is several times the overhead:
+#   the sizing cell printed both, and the verdict says whether this run reached 85 % of linear. On a
+#   machine busy with other work, other processes take the cores the ranks were counting on — the
+#   verdict then names the load instead;
 # * the from-scratch **bucketed** wrapper runs the same algorithm as torch's DDP, but in Python (a
 #   hook per parameter, buckets flattened and copied by hand) where torch's reducer is C++. Its ratio
-#   to torch above is the price of that implementation on a model this small, not of the algorithm —
-#   the line printed below says how it came out in this run;
-# * **naive** pays one collective per tensor, after backward, with nothing overlapped;
-# * whether samples/s grows with ranks at all. Data parallelism pays when each step's compute dominates its
-#   communication. This model needs only a few milliseconds of compute per step, an all-reduce between
-#   processes costs a comparable time, and with more ranks than `disttutor.cores()` cores the ranks also take
-#   turns on the CPUs — so here expect little or no speed-up. On GPUs with a real model the balance is
-#   very different: that is exactly what buckets and overlap are for.
+#   to torch above is the price of that implementation, not of the algorithm — the line printed below
+#   says how it came out in this run;
+# * **naive** pays one collective per tensor, after backward, with nothing overlapped.
 #
-# For a longer, steadier measurement run `benchmarks/bench_ddp.py` (ratios on 2 and 4 ranks).
+# Here the per-step overhead is loopback gloo between processes of one machine. On GPUs the compute
+# is 10-100x faster while the network is not, so `o` is no longer small: that is exactly what
+# buckets and overlap are for (chapter 8 emulates such a slow link). For a longer, steadier
+# measurement run `benchmarks/bench_effects.py` (the same sizing, plus chapter 7's bubble).
 
 # %%
 for n, r in ratios.items():

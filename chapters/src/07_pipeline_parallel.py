@@ -407,20 +407,37 @@ if result_7_2.passed:  # your function on this chapter's own 1F1B run
 #
 # The model replays the *same* rank orders with four numbers per rank (mean forward, mean
 # backward, mean local gap, mean hand-off gap) — no individual slot is copied — and measures the
-# bubble on that drawing. GPipe and 1F1B on 4 ranks, m = 4, 8, 16, with a fixed micro-batch of 32
-# rows (so a slot costs the same whatever m is), the same stages as above:
+# bubble on that drawing.
+#
+# **Sized so the formula can show.** The formula's lesson — more micro-batches, smaller bubble — is
+# about *slots*. When a slot is no longer than the gap between slots, the gaps fill the timeline and
+# the bubble hardly moves with m. So the sweep uses one rank per core (2 stages on a 2-core machine,
+# 4 on 4 or more), stages of 4 × Linear(1024, 1024), and a micro-batch sized from two measurements:
+# the mean gap of the interleaved run above, and what one row of a forward slot costs on this CPU
+# (one thread, as a rank runs). The micro-batch is fixed across m (so a slot costs the same whatever
+# m is); GPipe and 1F1B, m = 2, 4, 8:
 
 # %%
 from disttutor.pipeline.bubble_model import explain_run  # noqa: E402
+from disttutor.pipeline.slot_size import choose_mb_size, fall_ratio, forward_ms_per_row, mean_gap_ms  # noqa: E402
 from disttutor.viz.pipeline import model_figure  # noqa: E402
 
+P = 4 if n_cores >= 4 else 2  # one rank per core: time-sharing would stretch slots, not show the schedule
+MS = (2, 4, 8)
+SWEEP_STAGE = {"width": 1024, "layers_per_stage": STAGE["layers_per_stage"]}
+gap_il = mean_gap_ms(spec_il, slots_from_events([r["events"] for r in run_il.results]))
+per_row = forward_ms_per_row(SWEEP_STAGE["width"], SWEEP_STAGE["layers_per_stage"])
+MB_SIZE = choose_mb_size(gap_il, per_row)  # a forward slot ~10x the gap, within the time budget
+print(f"gap between slots (interleaved run): {gap_il:.1f} ms; forward slot {per_row:.3f} ms per row "
+      f"-> micro-batch {MB_SIZE} rows, a forward slot of ~{MB_SIZE * per_row:.0f} ms "
+      f"({MB_SIZE * per_row / max(gap_il, 1e-9):.0f}x the gap)")
 load_before = os.getloadavg()[0]
 # One launch runs all six configurations (disttutor/programs/pipeline_sweep.py: the same train() as
-# pipeline.py, looped): starting 4 ranks costs seconds, a step of these stages milliseconds.
-swept = disttutor.launch("pipeline_sweep", nproc=4, timeout=400, stream=False,
-                         args={"schedules": ("gpipe", "1f1b"), "microbatches": (4, 8, 16), "mb_size": 32,
-                               "width": STAGE["width"], "layers_per_stage": STAGE["layers_per_stage"]})
-sweep = [explain_run([r["runs"][i] for r in swept.results], PipeSpec(run["schedule"], 4, run["m"]))
+# pipeline.py, looped): starting ranks costs seconds, a step of these stages a fraction of one.
+swept = disttutor.launch("pipeline_sweep", nproc=P, timeout=400, stream=False,
+                         args={"schedules": ("gpipe", "1f1b"), "microbatches": MS, "mb_size": MB_SIZE,
+                               **SWEEP_STAGE})
+sweep = [explain_run([r["runs"][i] for r in swept.results], PipeSpec(run["schedule"], P, run["m"]))
          for i, run in enumerate(swept.results[0]["runs"])]
 load_after = os.getloadavg()[0]
 print(format_table([{"schedule": r["schedule"], "m": r["m"], "formula": round(r["theory"], 3),
@@ -430,9 +447,29 @@ print(format_table([{"schedule": r["schedule"], "m": r["m"], "formula": round(r[
                      "gap ms": round(r["gap_ms"], 2), "CPU in gap ms": round(r["cpu_overhead_ms"], 2),
                      "stretch": round(r["stretch"], 2), "compute fraction": round(r["compute_fraction"], 2)}
                     for r in sweep]))
-print(f"4 ranks on {n_cores} cores; load average {load_before:.1f} before, {load_after:.1f} after")
-fig = model_figure(sweep, note=f"on {n_cores} cores")
+print(f"{P} ranks on {n_cores} cores; load average {load_before:.1f} before, {load_after:.1f} after")
+fig = model_figure(sweep, note=f"{P} ranks on {n_cores} cores")
 plt.show()
+
+# %% [markdown]
+# **Does the bubble fall with m?** The formula's bubble falls from m = 2 to m = 8; the line below
+# says how much of that fall the measured bubble showed, schedule by schedule (1.0: all of it):
+
+# %%
+falls = {}
+for sched in ("gpipe", "1f1b"):
+    rs = {r["m"]: r for r in sweep if r["schedule"] == sched}
+    falls[sched] = fall_ratio({m: r["measured"] for m, r in rs.items()}, {m: r["theory"] for m, r in rs.items()},
+                              MS[0], MS[-1])
+    print(f"{sched}: measured bubble {rs[MS[0]]['measured']:.2f} at m={MS[0]} -> {rs[MS[-1]]['measured']:.2f} at "
+          f"m={MS[-1]} (formula {rs[MS[0]]['theory']:.2f} -> {rs[MS[-1]]['theory']:.2f}): "
+          f"{falls[sched]:.2f} of the formula's fall "
+          + ("— more micro-batches shrank the bubble, as the formula says" if falls[sched] >= 0.5 else
+             f"— less than half: the gaps ({sum(r['gap_ms'] for r in rs.values()) / len(rs):.1f} ms a slot) or "
+             f"other work on the machine (load average {max(load_before, load_after):.1f}) took its place"))
+quiet = P <= n_cores and max(load_before, load_after) < 0.5 * n_cores
+if quiet:  # timing asserts only on a quiet machine; elsewhere the verdicts above say what happened
+    assert all(f >= 0.5 for f in falls.values()), falls
 
 # %% [markdown]
 # Reading the columns: *stretch* is a slot's wall time over its CPU time (> 1: the rank had work
@@ -447,16 +484,18 @@ cpu_gap = sum(r["cpu_overhead_ms"] for r in sweep) / len(sweep)
 frac = [r["compute_fraction"] for r in sweep]
 print(f"- between two slots a rank spends {gap:.1f} ms on average ({min(cpu_gap, gap):.1f} ms of it CPU work), "
       f"against {fwd:.1f} ms per forward and {bwd:.1f} ms per backward;")
-print(f"- so at this width {'most' if min(frac) > 0.5 else 'not most'} of a rank's working time is computation "
-      f"(compute fraction {min(frac):.2f}-{max(frac):.2f}; run benchmarks/bench_pipeline.py to measure it "
-      "with wider, compute-bound layers);")
+print(f"- so at this size {'most' if min(frac) > 0.5 else 'not most'} of a rank's working time is computation "
+      f"(compute fraction {min(frac):.2f}-{max(frac):.2f}; benchmarks/bench_effects.py repeats this sweep);")
 print(f"- the formula misses by {min(r['measured'] - r['theory'] for r in sweep):+.2f} to "
       f"{max(r['measured'] - r['theory'] for r in sweep):+.2f}; theory + measured overhead misses by at most "
       f"{100 * worst:.1f} % of the measured bubble "
       f"({'within' if worst <= 0.10 else 'NOT within'} 10 % on this run).")
-# Overhead only ever adds idle time, and the model (which knows it) must beat the formula by far.
+# Overhead only ever adds idle time, and the model (which knows it) must beat the formula by far: its
+# mean miss under half the formula's. (Over the sweep, not run by run: with slots ~10x the gap the formula
+# itself misses by only a few hundredths at some m, and noise of that size would decide a per-run check.)
 assert all(r["measured"] > r["theory"] for r in sweep)
-assert all(abs(r["model"] - r["measured"]) < abs(r["theory"] - r["measured"]) / 2 for r in sweep)
+assert (sum(abs(r["model"] - r["measured"]) for r in sweep)
+        < sum(abs(r["theory"] - r["measured"]) for r in sweep) / 2)
 if load_before <= n_cores:  # the machine was not already busy with other work when the sweep began
     assert worst <= 0.10, f"model error {100 * worst:.1f} % on a quiet machine"
 else:
@@ -464,8 +503,9 @@ else:
           "not asserted)")
 
 # %% [markdown]
-# `benchmarks/bench_pipeline.py` makes the same comparison with compute-bound stages (1024-wide
-# layers), GPipe and 1F1B on 4 ranks for m = 4, 8, 16, and prints the model's error too.
+# `benchmarks/bench_pipeline.py` makes the same comparison with one launch per configuration (GPipe
+# and 1F1B on 4 ranks for m = 4, 8, 16) and prints the model's error too; `benchmarks/bench_effects.py`
+# repeats this section's sizing and reports the bubble's fall next to the load average.
 #
 # ## 5. Two traps, reproduced safely
 #

@@ -8,10 +8,10 @@ each loader setting and reports items per second, and which dataset indices it s
 exactly once per epoch across ranks *and* workers.
 
 Workers are processes: ``ranks x (1 + num_workers)`` processes share the machine's
-cores. On 2 cores with 2 ranks, a worker can only help while a rank's main process
-would otherwise wait::
+cores. Workers pay off only when there is a core for them: on 2 cores with 2 ranks both
+cores already run a main process, so chapter 8 runs this with one rank per two cores::
 
-    disttutor run dataloading -n 2 -- --workers 0 1 2 --base-workers 1 --prefetch-sweep 1 4
+    disttutor run dataloading -n 1 -- --workers 0 1 2 --base-workers 1 --prefetch-sweep 1 4
 
 ``pin_memory`` is measured too: it only helps copies to a GPU. Without one, torch 2.13 warns
 and does not pin; each row reports whether its batches were pinned and what torch said.
@@ -24,6 +24,7 @@ import zlib
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from disttutor.rank import runtime
@@ -33,13 +34,20 @@ from disttutor.contract.machine import usable_cores
 
 
 class DecodeDataset(Dataset):
-    """``n`` compressed "images" (``side x side`` int16); ``__getitem__`` decodes and augments one."""
+    """``n`` compressed "images" (``side x side`` int16); ``__getitem__`` decodes, augments and resizes one.
 
-    def __init__(self, n: int = 256, side: int = 96, seed: int = 0):
+    The resize to ``out x out`` (antialiased, like a random-resized crop to a network's input) is
+    what makes workers pay off: each item costs real CPU work (grows with ``side**2``) while what a
+    worker ships back to the main process is small (``out**2`` floats), so the hand-over between
+    processes is cheap against the work it moves off the main process.
+    """
+
+    def __init__(self, n: int = 256, side: int = 96, seed: int = 0, out: int | None = None):
         g = torch.Generator().manual_seed(seed)
         # Smooth-ish data compresses like real images do (pure noise would not compress at all).
         base = torch.randint(0, 64, (n, side, side), generator=g, dtype=torch.int16).cumsum(-1).to(torch.int16)
         self.side = side
+        self.out = min(out or side, side)
         self.blobs = [zlib.compress(b.numpy().tobytes(), 6) for b in base]
 
     def __len__(self) -> int:
@@ -51,6 +59,8 @@ class DecodeDataset(Dataset):
         if (i * 2654435761) % 2:                                                 # "augment": a flip
             img = img.flip(-1)
         img = (img - img.mean()) / (img.std() + 1e-6)                            # normalise
+        if self.out != self.side:                                                # resize (antialiased)
+            img = F.interpolate(img[None, None], size=(self.out, self.out), mode="bilinear", antialias=True)[0, 0]
         return img, i                                                            # the index: coverage
 
 
@@ -58,7 +68,8 @@ class DecodeDataset(Dataset):
 class LoadConfig:
     workers: tuple[int, ...] = opt((0, 1, 2), "num_workers values to measure")
     samples: int = opt(256, "dataset size")
-    side: int = opt(96, "image side (per-item cost grows with side**2)")
+    side: int = opt(192, "stored image side (per-item cost grows with side**2)")
+    out: int = opt(64, "side of the image a loader returns (resized, antialiased; at most --side)")
     batch: int = opt(16, "per-rank batch size")
     epochs: int = opt(2, "epochs per setting (persistent workers matter from epoch 2)")
     persistent: bool = opt(True, "persistent_workers (for num_workers > 0)")
@@ -69,7 +80,7 @@ class LoadConfig:
     prefetch_sweep: tuple[int, ...] = opt((1, 4), "prefetch_factor values for the variants")
 
     def __post_init__(self):
-        require_positive(self, "samples", "side", "batch", "epochs", "prefetch", "base_workers")
+        require_positive(self, "samples", "side", "out", "batch", "epochs", "prefetch", "base_workers")
         if not self.workers or any(isinstance(w, bool) or w < 0 for w in self.workers):
             raise ValueError(f"workers must be one or more integers >= 0, got {self.workers}")
         if any(isinstance(p, bool) or p < 1 for p in self.prefetch_sweep):
@@ -131,7 +142,7 @@ def measure(ds: Dataset, sampler, cfg: LoadConfig, s: Setting, device: torch.dev
 
 def run(cfg: LoadConfig) -> None:
     with runtime.setup() as ctx:
-        ds = DecodeDataset(cfg.samples, cfg.side)
+        ds = DecodeDataset(cfg.samples, cfg.side, out=cfg.out)
         sampler = DistributedSampler(ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=0)
         todo = settings(cfg)
         rows = []
