@@ -257,7 +257,8 @@ from IPython.display import Markdown
 tp_b, sp_b = SP["tp"]["saved_bytes"], SP["sp"]["saved_bytes"]
 gathered = s * b * d * f32
 Markdown(f"Measured: SP keeps **{sp_b:,} bytes** per rank for backward where TP keeps **{tp_b:,}** "
-         f"({100 * (1 - sp_b / tp_b):.0f}% less), with equal results and the same ring bytes. What SP shards is "
+         f"({100 * (1 - sp_b / tp_b):.0f}% less), with equal results and the same ring bytes for the activations "
+         f"(plus {ln_sync:.0f} for LayerNorm's gradients). What SP shards is "
          f"the part TP replicated (the block's input, LayerNorm's statistics, the dropout mask); the hidden "
          f"activations were already split by TP. One full-sequence tensor is left: the all-gathered input of the "
          f"column layer ({gathered:,} bytes). Megatron keeps only this rank's shard of it and all-gathers it "
@@ -371,7 +372,8 @@ for rank, r in enumerate(EP):
 ax.set_xticks(range(n_exp), [f"expert {e}\n(rank {e * len(EP) // n_exp})" for e in range(n_exp)])
 ax.set_ylabel("tokens routed")
 ax.set_title("who computes what: tokens per expert (measured)")
-ax.legend(fontsize=8)
+ax.set_ylim(0, 1.45 * max(per_expert))
+ax.legend(fontsize=8, loc="upper left", ncol=2)
 fig.tight_layout()
 
 # %%
@@ -380,9 +382,11 @@ rows = [sum(per_expert[r * local:(r + 1) * local]) for r in range(len(EP))]
 Markdown(f"Each rank routed {sum(EP[0]['tokens_per_expert'])} (token, expert) pairs "
          f"and computed {', '.join(f'rank {r}: {n}' for r, n in enumerate(rows))} rows. The router decides "
          f"the load: expert {per_expert.index(max(per_expert))} got {max(per_expert)} tokens, expert "
-         f"{per_expert.index(min(per_expert))} {min(per_expert)}. An untrained router on random tokens is "
-         f"close to balanced; a trained one is not, which is why MoE training adds a *load-balancing* loss and "
-         f"caps each expert's tokens (the *capacity factor*; tokens over it are dropped or rerouted).")
+         f"{per_expert.index(min(per_expert))} {min(per_expert)} ({max(per_expert) / min(per_expert):.1f}x), already with an "
+         f"untrained router and random tokens; rank {rows.index(max(rows))} computes {max(rows) / min(rows):.2f}x "
+         f"the rows of rank {rows.index(min(rows))}, and every rank waits for the busiest at the combine. That is "
+         f"why MoE training adds a *load-balancing* loss and caps each expert's tokens (the *capacity factor*; "
+         f"tokens over it are dropped or rerouted).")
 
 # %% [markdown]
 # ## 5. DTensor placements, drawn from what the ranks hold

@@ -31,7 +31,8 @@ from disttutor.tensor_parallel import ring_attention as R
 from disttutor.tensor_parallel import sp as S
 from disttutor.tensor_parallel import tp as T
 from disttutor.tensor_parallel.counting import recording
-from disttutor.tensor_parallel.models import Attention, Block, dropout_mask, mlp, seeded
+from disttutor.tensor_parallel.models import Attention, Block, dropout_mask, mlp
+from disttutor.workloads.models import seeded
 
 Part = Literal["tp", "sp", "cp", "ep", "placements", "all"]
 

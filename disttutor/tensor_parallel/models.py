@@ -9,13 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["mlp", "Attention", "Block", "dropout_mask", "seeded", "causal_attention"]
-
-
-def seeded(fn, seed: int = 0):
-    """``fn()`` after ``torch.manual_seed(seed)``: the same weights on every rank and in the reference."""
-    torch.manual_seed(seed)
-    return fn()
+__all__ = ["mlp", "Attention", "Block", "dropout_mask"]
 
 
 def mlp(dim: int = 16, hidden: int = 32) -> nn.Sequential:
@@ -38,11 +32,6 @@ class Attention(nn.Module):
         q, k, v = (f(x).view(b, t, -1, self.head_dim).transpose(1, 2) for f in (self.q, self.k, self.v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o(y.transpose(1, 2).reshape(b, t, -1))  # row-split o: partial sums, one all-reduce
-
-
-def causal_attention(q, k, v):
-    """Full softmax attention with a causal mask, in one process: the reference ring attention must equal."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class Block(nn.Module):

@@ -87,7 +87,7 @@ def two_dim_figure(results: list[dict[str, Any]]):
     mesh.set_xlim(-0.1, 2), mesh.set_ylim(-0.1, 2), mesh.set_axis_off()
     mesh.set_title("mesh (dp, tp)", fontsize=9)
     for ax, name in zip(axes[1:], names):
-        title = name if name != "FSDP2 over TP" else "FSDP2 over TP:\n" + two[0][name]["placements"].strip("()").replace("), ", "),\n")
+        title = name if name != "FSDP2 over TP" else "FSDP2 over TP:\n" + two[0][name]["placements"][1:-1].replace("), ", "),\n")
         draw_holders(ax, holders([t[name]["held"] for t in two], 64), (8, 8), title, len(results))
     fig.suptitle("an 8x8 tensor on a 2x2 mesh: placements are listed per mesh dimension (dp, tp)", fontsize=10)
     fig.tight_layout()
