@@ -151,3 +151,33 @@ def test_12_1_rejects_a_backward_that_communicates_or_splits_the_bias(no_leftove
     assert not res.passed and "grad_bias" in str(res) and "not split" in str(res)
     res = check("12.1", sol.replace("grad_y.T @ x_shard", "x_shard.T @ grad_y"))
     assert not res.passed and "grad_w_shard has shape [4, 6], expected [6, 4]" in str(res)
+
+
+def test_placement_pictures_from_hand_made_reports():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from disttutor.viz import placements as viz
+
+    assert viz.holders([[0, 1], [1, 2]], 3) == [(0,), (0, 1), (1,)]
+    rows = lambda *r: [i for k in r for i in range(8 * k, 8 * k + 8)]  # the elements of rows r
+    coords = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    held = {c: rows(*pair) for c, pair in zip(coords, ((0, 1), (4, 5), (2, 3), (6, 7)))}
+    reports = [{"placements": {"coordinate": list(c), "two_dim": {
+        "(S(0), S(0))": {"held": rows(2 * i, 2 * i + 1)},
+        "FSDP2 over TP": {"held": held[c], "placements": "(_StridedShard(dim=0, sf=2), Shard(dim=0))"}}}}
+        for i, c in enumerate(coords)]
+    fig = viz.two_dim_figure(reports)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[1] == "(S(0), S(0))" and titles[2].startswith("FSDP2 over TP:\n_StridedShard(dim=0, sf=2),")
+    labels = [t.get_text() for t in fig.axes[2].texts]
+    assert labels[:8] == ["0"] * 8 and labels[16:24] == ["2"] * 8  # row 2 is rank 2's (dp=1, tp=0), not rank 1's
+    plt.close(fig)
+    one = [{"placements": {"one_dim": {"R": {"held": list(range(16))},
+                                       "Partial()": {"local": [r + 1.0] * 16, "sum": [3.0] * 16}}}} for r in range(2)]
+    fig = viz.one_dim_figure(one)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["all"] * 16
+    assert any(ax.get_title().startswith("= full_tensor()") for ax in fig.axes)
+    plt.close(fig)

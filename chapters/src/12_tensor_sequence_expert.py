@@ -436,12 +436,14 @@ assert strided == {(0, 0): [0, 1], (0, 1): [4, 5], (1, 0): [2, 3], (1, 1): [6, 7
 assert "_StridedShard(dim=0, sf=2)" in TWO[0]["FSDP2 over TP"]["placements"]
 
 # %%
+dp0 = sorted(strided[(0, 0)] + strided[(0, 1)])  # every row stored by the ranks with dp = 0
 Markdown(f"Under `(Shard(0), Shard(0))` mesh coordinate (0, 1) holds rows {nested[(0, 1)]}; after FSDP2 over TP it "
          f"holds rows {strided[(0, 1)]}: the `dp` index no longer picks a contiguous block, it picks the same "
-         f"sub-block *inside each* `tp` shard. That is what `{TWO[0]['FSDP2 over TP']['placements']}` says: "
-         f"`_StridedShard(dim=0, sf=2)` is a `Shard(0)` over `dp` whose pieces are interleaved with a *split factor* "
-         f"of 2 (the `tp` size, applied after it). You meet it when you print the placements of a model trained "
-         f"with FSDP2 and TP together; `full_tensor()` and DCP checkpoints undo it for you.")
+         f"sub-block *inside each* `tp` shard, so the rows stored with dp = 0 are {dp0}, a strided set. That is "
+         f"what `{TWO[0]['FSDP2 over TP']['placements']}` says: over `dp`, `Shard(0)` applied inside each of the "
+         f"`sf` = 2 pieces that the `tp` dimension cut first (the *split factor* is the `tp` size). You meet it "
+         f"when you print the placements of a model trained with FSDP2 and TP together; `full_tensor()` and DCP "
+         f"checkpoints put the rows back in order for you.")
 
 # %% [markdown]
 # ## 6. The same, as a plain script
