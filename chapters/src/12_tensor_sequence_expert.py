@@ -44,7 +44,7 @@ print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores")
 print(f"load average now: {os.getloadavg()[0]:.1f} (on {disttutor.cores()} cores)")
 LAUNCH = dict(stream=False, timeout=280)
 PROGRAM = "tensor_sequence_expert"   # disttutor/programs/tensor_sequence_expert.py: one part per launch
-TOL = SPLIT_TENSOR_ATOL  # fp32 summed in another order: a few ulps of values ~1 (measured < 1e-5); see tolerances.py
+TOL = SPLIT_TENSOR_ATOL  # fp32 summed in another order: a few ulps (measured < 4e-6); reasons in tolerances.py
 
 
 def verdict(diff: float) -> str:

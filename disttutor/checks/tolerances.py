@@ -24,7 +24,8 @@ FORMULA_RTOL = 1e-9
 #: Tensor, sequence, context and expert parallelism vs the same module in one process (chapter 12,
 #: Exercises 12.1 and 12.2). A contraction split over ranks (partial sums added by an all-reduce or a
 #: reduce-scatter) or a softmax merged block by block (online softmax) rounds in another order: a
-#: few ulps of values of size ~1 (measured below 1e-6 on 2 and 4 ranks). 1e-5 is 10x headroom, while a
-#: real mistake (a bias added on every rank, a gradient all-reduced twice, blocks averaged instead
-#: of merged) is off by more than 1e-2.
-SPLIT_TENSOR_ATOL = 1e-5
+#: few ulps. Absolute, because the compared gradients of a summed loss reach ~10: measured up to
+#: 4e-6 on 2 and 4 ranks (~1e-7 relative). 1e-4 is 25x headroom, while a real mistake (a bias
+#: added on every rank, a gradient all-reduced twice, blocks averaged instead of merged) is off by
+#: more than 1e-2.
+SPLIT_TENSOR_ATOL = 1e-4
