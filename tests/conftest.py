@@ -48,6 +48,8 @@ SLOW_FIRST = [
     "chapters/08_performance.ipynb",        # ~150
     "chapters/13_at_scale.ipynb",           # ~150 under load (five launches on 2 ranks)
     "chapters/02_process_groups_collectives.ipynb",  # ~140
+    "chapters/12_tensor_sequence_expert.ipynb",      # ~140 at load 15 (six launches, one on 4 ranks twice)
+    "tests/test_ch12_tensor_parallel.py",   # ~180 at load 18: a 4-rank launch, the plain script, 12.1 wrong answers
     "tests/test_kernel_kill.py",            # ~140: ten kernels killed
     "tests/test_browser.py",                # ~140: chapters 0 and 1 run in Chromium
     "tests/test_site.py",                   # ~70: the website built, every page in Chromium

@@ -48,7 +48,8 @@ def class_source(cls: type) -> str:
     except (OSError, TypeError):
         pass
     for f in vars(cls).values():
-        code = getattr(f, "__code__", None)
+        # a staticmethod/classmethod (an autograd.Function's forward/backward) wraps its function
+        code = getattr(getattr(f, "__func__", f), "__code__", None)
         if code is not None:
             text = "".join(linecache.getlines(code.co_filename))
             if f"class {cls.__name__}" in text:

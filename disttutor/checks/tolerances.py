@@ -20,3 +20,12 @@ SPLIT_MODEL_RTOL = 1e-6
 #: Memory formulas (Exercise 1.1) vs the calculator: the same products and quotients of
 #: integers in float64; 1e-9 absorbs only the order of a multiplication and a division.
 FORMULA_RTOL = 1e-9
+
+#: Tensor, sequence, context and expert parallelism vs the same module in one process (chapter 12,
+#: Exercises 12.1 and 12.2). A contraction split over ranks (partial sums added by an all-reduce or a
+#: reduce-scatter) or a softmax merged block by block (online softmax) rounds in another order: a
+#: few ulps. Absolute, because the compared gradients of a summed loss reach ~10: measured up to
+#: 4e-6 on 2 and 4 ranks (~1e-7 relative). 1e-4 is 25x headroom, while a real mistake (a bias
+#: added on every rank, a gradient all-reduced twice, blocks averaged instead of merged) is off by
+#: more than 1e-2.
+SPLIT_TENSOR_ATOL = 1e-4

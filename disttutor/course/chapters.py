@@ -62,6 +62,8 @@ CHAPTERS: dict[int, Chapter] = {c.number: c for c in [
             ("10. 实战案例：大规模语言模型训练",)),
     Chapter(11, "11_beyond_ddp", "Beyond DDP: FSDP, tensor parallelism, outlook", "§11",
             ("11. 总结与展望",)),
+    Chapter(12, "12_tensor_sequence_expert", "Splitting one layer: tensor, sequence, context and expert parallelism",
+            "—", ()),
     Chapter(13, "13_at_scale", "At scale: a cost model from your machine to 16,000 GPUs", "—", ()),
 ]}
 

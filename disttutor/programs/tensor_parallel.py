@@ -26,6 +26,8 @@ from torch import nn
 from disttutor.rank import runtime
 from disttutor.contract.config import require_positive
 from disttutor.contract.options import cli, opt
+from disttutor.tensor_parallel.models import Attention  # heads split whole over the ranks (chapter 12)
+from disttutor.workloads.models import seeded
 
 
 @dataclass(frozen=True)
@@ -40,30 +42,8 @@ class TPConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
 
-class Attention(nn.Module):
-    """Multi-head self-attention whose head count follows the (possibly split) projection width."""
-
-    def __init__(self, dim: int = 16, heads: int = 4):
-        super().__init__()
-        self.head_dim = dim // heads
-        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
-
-    def forward(self, x):
-        b, t, _ = x.shape
-        # Under tensor parallelism q/k/v are column-split: this rank computes heads/tp whole heads
-        # (heads never straddle ranks), so attention itself needs no communication at all.
-        q, k, v = (f(x).view(b, t, -1, self.head_dim).transpose(1, 2) for f in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o(y.transpose(1, 2).reshape(b, t, -1))  # row-split o: partial sums, one all-reduce
-
-
 def mlp(dim: int = 16, hidden: int = 32) -> nn.Sequential:
     return nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, dim))
-
-
-def seeded(fn, seed=0):
-    torch.manual_seed(seed)
-    return fn()
 
 
 def comm_counts(mode) -> dict[str, int]:

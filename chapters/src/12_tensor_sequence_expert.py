@@ -1,0 +1,527 @@
+# %% [markdown]
+# # Chapter 12 — Splitting one layer: tensor, sequence, context and expert parallelism
+#
+# *Not in the article: what practitioners use every day after data parallelism and FSDP.*
+#
+# FSDP (chapter 11) shards the *storage* of a model, but every rank still runs every layer whole,
+# on its own part of the batch. When one layer's activations or one sequence no longer fit, or
+# when the batch cannot grow any more, the work of **one layer** has to be split. The
+# Ultra-Scale Playbook (Hugging Face, 2025, *reported*) orders the techniques by the memory each one
+# relieves: data parallelism → ZeRO/FSDP → **tensor** → **sequence** → **context** → pipeline →
+# **expert** parallelism. This chapter builds the four in bold from scratch on CPU ranks, compares
+# each with one process running the unsplit module, and counts the collectives each one calls.
+#
+# **After this chapter you can**
+# - split an MLP and an attention block over ranks by hand (Megatron's column- then row-parallel
+#   layers and their `f`/`g` operators) and with torch's `parallelize_module`, and say where each
+#   all-reduce comes from;
+# - explain what sequence parallelism changes (all-gather / reduce-scatter instead of all-reduce,
+#   sequence-sharded LayerNorm and dropout) and measure the activation memory it saves;
+# - run attention over a sequence split across ranks (ring attention with the online softmax) and a
+#   mixture-of-experts layer whose experts live on different ranks (`all_to_all_single`), and read
+#   DTensor placements, `_StridedShard` included, from a picture.
+
+# %% tags=["chapter-header"]
+import disttutor.course.chapters
+
+disttutor.course.chapters.header(12)
+
+# %%
+import os
+
+import matplotlib.pyplot as plt
+import torch
+import torch.distributed as dist
+
+import disttutor
+from disttutor.checks import hint
+from disttutor.checks.tensor_parallel import check_merge, check_row_parallel
+from disttutor.checks.tolerances import SPLIT_TENSOR_ATOL
+from disttutor.course.source import show_code
+from disttutor.viz import placements as viz
+
+print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores")
+print(f"load average now: {os.getloadavg()[0]:.1f} (on {disttutor.cores()} cores)")
+LAUNCH = dict(stream=False, timeout=280)
+PROGRAM = "tensor_sequence_expert"   # disttutor/programs/tensor_sequence_expert.py: one part per launch
+TOL = SPLIT_TENSOR_ATOL  # fp32 summed in another order: a few ulps (measured < 4e-6); reasons in tolerances.py
+
+
+def verdict(diff: float) -> str:
+    """A difference from the reference in words (nbval compares words, not rounding-level floats)."""
+    return f"equal within {TOL:g} ✓" if diff <= TOL else f"DIFFERENT by {diff:.2g} ✗"
+
+
+# %% [markdown]
+# ## 1. Tensor parallelism: split the matrices of a layer
+#
+# **Tensor parallelism** (TP) splits each weight matrix of a layer over `t` ranks; every rank sees
+# the *same* input (the batch is not split) and computes part of the layer. For the feed-forward
+# block `Linear(d, h) → GELU → Linear(h, d)`, Megatron-LM (Shoeybi et al., 2019) found the split
+# that needs no communication in the middle:
+#
+# - the first Linear is **column-parallel**: each rank owns `h/t` of its output units (a block of
+#   rows of the weight `[h, d]`) and computes them from the whole input. GELU acts element by
+#   element, so it runs on those units as they are;
+# - the second Linear is **row-parallel**: each rank owns the matching `h/t` *input* rows of its
+#   computation (a block of columns of the weight `[d, h]`) and multiplies its hidden units by them.
+#   That gives every output in full size but as a **partial sum** over this rank's hidden units; one
+#   all-reduce adds the ranks' parts.
+#
+# Megatron writes the communication as two **conjugate operators** (two functions whose forward and
+# backward swap roles): `f` at the entry of the parallel region (forward: identity; backward:
+# all-reduce, because each rank's input gradient only covers its own hidden units) and `g` at the
+# exit (forward: all-reduce; backward: identity, because the output is the same on every rank, and
+# so is its gradient). From `disttutor/tensor_parallel/tp.py`:
+
+# %%
+show_code("disttutor.tensor_parallel.tp", "conjugates")
+
+# %% [markdown]
+# `CopyToTP.forward` returns a view of its input: there is nothing to send, the input is already on
+# every rank. `ReduceFromTP.forward` clones before the all-reduce, because `dist.all_reduce` works in
+# place and autograd's input must stay as it was. The layers that use them:
+
+# %%
+show_code("disttutor.tensor_parallel.tp", "layers")
+
+# %% [markdown]
+# The row-parallel layer adds its bias **after** the all-reduce: added before it, every rank's
+# copy would be summed and the bias would count `t` times. Attention splits the same way by
+# **heads**: `q`, `k`, `v` column-parallel in multiples of the head size (each rank computes
+# `heads/t` whole heads, and attention itself needs no communication), the output projection
+# row-parallel (`TPAttention` in the same file).
+#
+# torch ships this as `torch.distributed.tensor.parallel`: `parallelize_module(module, mesh, plan)`
+# replaces the weights named in the plan with **DTensor** shards (a DTensor is a tensor plus a
+# *placement* on a device mesh, section 5) and installs hooks on the modules' inputs and outputs
+# that play `f` and `g`:
+
+# %%
+show_code("disttutor.programs.tensor_sequence_expert", "tp_plan")
+
+# %% [markdown]
+# One launch on 2 ranks runs both versions of the MLP and of the attention block, compares the
+# output, the input's gradient and every weight's gradient with the unsplit module in one process,
+# and records the collectives: the from-scratch modules through a wrapper around
+# `torch.distributed`'s functions (`disttutor/tensor_parallel/counting.py`), DTensor through torch's
+# own `CommDebugMode` (DTensor calls functional collectives, which the wrapper does not see).
+
+# %%
+tp = disttutor.launch(PROGRAM, nproc=2, args={"part": "tp"}, **LAUNCH)
+TP = tp.results[0]["tp"]
+for name, r in TP.items():
+    print(f"{name:18} vs one process: {verdict(max(q['tp'][name]['diff'] for q in tp.results))}")
+
+# %% tags=["nbval-check-output"]
+def calls(d: dict) -> str:
+    return ", ".join(f"{k} x{v}" for k, v in sorted(d.items())) or "none"
+
+
+for name, r in TP.items():
+    print(f"{name:18} forward: {calls(r['forward']):14} backward: {calls(r['backward'])}")
+for q in tp.results:
+    assert all(r["diff"] <= TOL for r in q["tp"].values())
+    assert all((q["tp"][k]["forward"], q["tp"][k]["backward"]) == (TP[k]["forward"], TP[k]["backward"])
+               for k in TP)  # the same calls on every rank (a collective is called by all or it hangs)
+assert TP["scratch_mlp"]["forward"] == TP["scratch_mlp"]["backward"] == {"all_reduce": 1}
+assert TP["dtensor_mlp"]["forward"] == TP["dtensor_mlp"]["backward"] == {"all_reduce": 1}
+assert TP["scratch_attention"]["backward"] == {"all_reduce": 1}
+ATT_BWD = TP["dtensor_attention"]["backward"]["all_reduce"]
+assert ATT_BWD == 3  # one per ColwiseParallel layer (q, k, v): each installs its own f
+print("checked: one all-reduce forward and one backward per from-scratch block, as Megatron says")
+
+# %%
+att = TP["dtensor_attention"]
+print(f"DTensor attention, backward: {att['backward']['all_reduce']} all-reduces; from scratch: "
+      f"{TP['scratch_attention']['backward']['all_reduce']}. Each of q, k, v is its own ColwiseParallel, "
+      f"and each one's input hook all-reduces the input gradient it produced; the from-scratch block sums "
+      f"the three gradients locally (autograd adds them at x) and all-reduces once. Shapes each rank holds: "
+      + ", ".join(f"{k} {v}" for k, v in att["local_shapes"].items() if k.endswith("weight")))
+
+# %% [markdown]
+# The measured difference is a design point, not a bug: torch's plan is per module, so three
+# column-parallel layers that read the same input each reduce their own share of its gradient. A
+# fused `qkv` Linear (one `ColwiseParallel`), or `PrepareModuleInput` on the attention module,
+# brings it back to one. Counting the collectives is how you notice.
+#
+# ## Exercise 12.1 — the row-parallel linear's backward
+#
+# Here the row-parallel layer is one `torch.autograd.Function` whose forward is given:
+# `y = all_reduce(x_shard @ w_shard.T) + bias`, with `x_shard` `[tokens, in/t]` (this rank's
+# hidden units), `w_shard` `[out, in/t]` (this rank's columns of the weight) and `bias` whole.
+# Write `backward(ctx, grad_y)`: return the gradients of `x_shard`, `w_shard` and `bias`. Think
+# first about whether it needs to communicate. The checker compares each rank's gradients with the
+# matching slices of an unsplit `nn.Linear`'s, and records every collective your backward calls.
+
+# %%
+class RowParallelLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x_shard, w_shard, bias):
+        ctx.save_for_backward(x_shard, w_shard)
+        y = x_shard @ w_shard.T
+        dist.all_reduce(y)
+        return y + bias
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        raise NotImplementedError("Exercise 12.1: return (grad_x_shard, grad_w_shard, grad_bias)")
+
+
+# %%
+hint("12.1")
+
+# %%
+print(check_row_parallel(RowParallelLinear))
+
+# %% [markdown]
+# ## 2. Sequence parallelism: shard what tensor parallelism leaves whole
+#
+# Tensor parallelism splits the matrices, but LayerNorm, dropout and the residual add sit outside
+# the parallel region: under TP every rank runs them on the **whole** sequence and stores their
+# activations whole. **Sequence parallelism** (SP; Korthikanti et al., 2022) runs those regions on
+# `seq/t` tokens per rank instead. The all-reduce then splits into its two halves (an all-reduce
+# *is* a reduce-scatter followed by an all-gather), placed around the block:
+#
+# - **all-gather** the sequence shards just before the column-parallel layer (which needs every
+#   token); its backward is a **reduce-scatter** of the input gradient;
+# - **reduce-scatter** the row-parallel layer's partial sums: each rank receives the *summed* output
+#   of its own tokens only; its backward is an all-gather.
+#
+# Activations are laid out `[seq, batch, dim]` (Megatron's layout), so a sequence shard is
+# contiguous and the collectives work on dimension 0. They use the names torch 2.13 recommends,
+# `dist.all_gather_single` and `dist.reduce_scatter_single` (older code, and chapter 11's, spells
+# them `all_gather_into_tensor` and `reduce_scatter_tensor`, now deprecated aliases).
+
+# %%
+show_code("disttutor.tensor_parallel.sp", "sp_ops")
+
+# %% [markdown]
+# The block itself, and the one duty SP adds: LayerNorm's weight and bias (and the output bias)
+# are replicated, but each rank now computes them from its own tokens only, so their gradients are
+# partial sums and need one all-reduce after backward (under plain TP every rank saw every token and
+# the gradients were already equal):
+
+# %%
+show_code("disttutor.tensor_parallel.sp", "sp_block")
+
+# %% [markdown]
+# One launch runs the block three ways on the same data and the same dropout mask (each rank draws
+# the full mask from one seed and keeps its slice): unsplit in one process, with TP, with SP. It
+# measures the bytes autograd keeps for backward (every tensor an operation saves, seen through
+# `torch.autograd.graph.saved_tensors_hooks`, parameters left out).
+
+# %%
+sp = disttutor.launch(PROGRAM, nproc=2, args={"part": "sp"}, **LAUNCH)
+SP = sp.results[0]["sp"]
+for mode in ("tp", "sp"):
+    print(f"{mode.upper()} block vs one process (output, input grad, all weight grads): "
+          f"{verdict(max(q['sp'][mode]['diff'] for q in sp.results))}")
+
+# %% tags=["nbval-check-output"]
+for mode in ("tp", "sp"):
+    r = SP[mode]
+    print(f"{mode.upper()}: forward {calls(r['forward']):45} backward {calls(r['backward'])}")
+    print(f"    bytes saved for backward per rank: {r['saved_bytes']:6,}   ring bytes sent per rank: "
+          f"{r['ring_bytes']:,.0f}")
+for q in sp.results:
+    assert q["sp"]["tp"]["diff"] <= TOL and q["sp"]["sp"]["diff"] <= TOL
+assert SP["tp"]["forward"] == SP["tp"]["backward"] == {"all_reduce": 1}
+assert SP["sp"]["forward"] == {"all_gather_single": 1, "reduce_scatter_single": 1}
+assert SP["sp"]["backward"] == {"all_gather_single": 1, "reduce_scatter_single": 1, "all_reduce": 1}
+assert SP["sp"]["saved_bytes"] < SP["tp"]["saved_bytes"]
+
+# %% [markdown]
+# Where the bytes go, tensor by tensor (shapes as autograd saved them; `[seq, batch, dim]` with
+# seq 16, batch 2, dim 16, hidden 32, on 2 ranks):
+
+# %%
+for mode in ("tp", "sp"):
+    print(f"{mode.upper()}: " + " + ".join(f"{shape}" for shape, _ in SP[mode]["saved_tensors"]))
+
+# %% tags=["nbval-check-output"]
+s, b, d, h, t, f32 = 16, 2, 16, 32, 2, 4
+# derived: LayerNorm saves its input and two per-token statistics; the column layer its input (LayerNorm's
+# output, gathered under SP); GELU its input; the row layer its input; dropout its mask
+tp_formula = (3 * s * b * d + 2 * s * b * h // t + 2 * s * b) * f32
+sp_formula = (s * b * d // t + s * b * d + s * b * d // t + 2 * s * b * h // t + 2 * s * b // t) * f32
+assert (SP["tp"]["saved_bytes"], SP["sp"]["saved_bytes"]) == (tp_formula, sp_formula)
+ln_sync = (2 * d + d) * f32 * 2 * (t - 1) / t     # ring bytes of the one all-reduce of LayerNorm's and the bias's grads
+assert SP["sp"]["ring_bytes"] - SP["tp"]["ring_bytes"] == ln_sync
+print("saved bytes equal the formula from the shapes, for TP and for SP")
+print("ring bytes: SP sends what TP sends, plus the small all-reduce of LayerNorm's gradients")
+
+# %%
+from IPython.display import Markdown
+
+tp_b, sp_b = SP["tp"]["saved_bytes"], SP["sp"]["saved_bytes"]
+gathered = s * b * d * f32
+Markdown(f"Measured: SP keeps **{sp_b:,} bytes** per rank for backward where TP keeps **{tp_b:,}** "
+         f"({100 * (1 - sp_b / tp_b):.0f}% less), with equal results and the same ring bytes for the activations "
+         f"(plus {ln_sync:.0f} for LayerNorm's gradients). What SP shards is "
+         f"the part TP replicated (the block's input, LayerNorm's statistics, the dropout mask); the hidden "
+         f"activations were already split by TP. One full-sequence tensor is left: the all-gathered input of the "
+         f"column layer ({gathered:,} bytes). Megatron keeps only this rank's shard of it and all-gathers it "
+         f"again in backward, which would bring SP to {sp_b - gathered + gathered // t:,} bytes (*derived*). "
+         f"The gain grows with the share of replicated activations (*reported*: Korthikanti et al. 2022 count "
+         f"10·sbh bytes per transformer layer that TP leaves replicated, against 24/t·sbh that it splits).")
+
+# %% [markdown]
+# ## 3. Context parallelism: ring attention
+#
+# Sequence parallelism still gathers the whole sequence for attention. For very long sequences
+# (a million tokens), **context parallelism** (CP) keeps the sequence split *through* attention.
+# Attention needs every query against every earlier key, so the keys and values travel: **ring
+# attention** (Liu et al., 2023) passes each rank's key/value block to the next rank, `n - 1` times,
+# while each rank computes its queries against the block it holds. No rank ever sees all the scores;
+# each step yields the softmax over *one block* of keys, and the **online softmax** (the trick of
+# FlashAttention) merges those partial results exactly. A block's result is its output `out` (already
+# normalised by its own softmax denominator) and `lse`, the **log-sum-exp** of its scores (the log of
+# that denominator). Over two blocks the denominator is `e^lse_a + e^lse_b`, so:
+
+# %%
+show_code("disttutor.tensor_parallel.ring_attention", "merge")
+
+# %% [markdown]
+# The ring: post the send of the current block and the receive of the next one, compute with the
+# current one meanwhile, wait, swap. With a causal mask, keys from a *later* rank are all in the
+# future of my queries: that block is skipped (it still passes through, so the ring stays the same
+# on every rank), and the block of my own rank gets the causal mask inside it.
+
+# %%
+show_code("disttutor.tensor_parallel.ring_attention", "ring")
+
+# %%
+cp = disttutor.launch(PROGRAM, nproc=2, args={"part": "cp"}, **LAUNCH)
+CP = [q["cp"] for q in cp.results]
+print("ring attention vs full causal attention (F.scaled_dot_product_attention, is_causal=True): "
+      + verdict(max(r["diff"] for r in CP)))
+
+# %% tags=["nbval-check-output"]
+for rank, r in enumerate(CP):
+    print(f"rank {rank}: {r['block_tokens']} tokens of the sequence; calls: {calls(r['calls'])}; "
+          f"sends {r['sent_bytes']:,.0f} bytes of keys and values")
+assert all(r["diff"] <= TOL for r in CP)
+assert all(r["calls"] == {"isend": len(CP) - 1, "irecv": len(CP) - 1} for r in CP)  # n - 1 steps
+
+# %% [markdown]
+# Every rank sends the same bytes, but with the causal mask the *work* is uneven: rank `r` computes
+# `r + 1` of the `n` blocks (rank 0 only its own). Production implementations (torch's experimental
+# `context_parallel`, Megatron's CP) give each rank two chunks, one from each end of the sequence
+# ("zig-zag"), to balance it. The forward here is exact; the backward runs the ring again with the
+# gradients.
+#
+# ## Exercise 12.2 — the online-softmax merge
+#
+# Write `merge(out_a, lse_a, out_b, lse_b) -> (out, lse)` without looking at the code above (or
+# after, but then without copying): `out_*` are `[..., queries, d]` attention outputs over two
+# disjoint blocks of keys, `lse_*` their log-sum-exps `[..., queries]`. The checker tries cases
+# aimed at the usual mistakes (blocks of different size, scores large enough to overflow `exp`,
+# blocks that saw no key at all: `lse = -inf`, output 0), then runs the ring with your merge on the
+# ranks against full causal attention.
+
+# %%
+def merge(out_a, lse_a, out_b, lse_b):
+    raise NotImplementedError("Exercise 12.2: weigh each block by its share of the softmax denominator")
+
+
+# %%
+hint("12.2")
+
+# %%
+print(check_merge(merge))
+
+# %% [markdown]
+# ## 4. Expert parallelism: a mixture of experts over the ranks
+#
+# A **mixture-of-experts** (MoE) layer replaces one feed-forward block by `E` of them, the
+# **experts**, and a **router**: a Linear that scores each token against each expert. Each token is
+# sent to its **top-k** experts and their outputs are summed, weighted by the **gates** (a softmax
+# over the k chosen scores). The parameters grow `E` times, the compute per token only `k` times.
+# **Expert parallelism** (EP) puts `E/n` experts on each rank; the tokens stay where they are (each
+# rank has its own batch, as in data parallelism) and travel to their experts and back with
+# **all-to-all** (`dist.all_to_all_single`: rank `i`'s `j`-th chunk goes to rank `j`, chunks of any
+# sizes). One layer is three of them: the counts, so that every rank knows how much it will receive;
+# the tokens (**dispatch**); the experts' outputs back (**combine**).
+
+# %%
+show_code("disttutor.tensor_parallel.moe", "ep")
+
+# %%
+ep = disttutor.launch(PROGRAM, nproc=2, args={"part": "ep"}, **LAUNCH)
+EP = [q["ep"] for q in ep.results]
+print("expert-parallel MoE vs every expert run in one process: " + verdict(max(r["diff"] for r in EP)))
+
+# %% tags=["nbval-check-output"]
+n_exp = len(EP[0]["tokens_per_expert"])
+for rank, r in enumerate(EP):
+    print(f"rank {rank}: hosts experts {r['experts_here']}; its tokens chose experts "
+          f"{dict(enumerate(r['tokens_per_expert']))}; calls: {calls(r['calls'])}")
+per_expert = [sum(r["tokens_per_expert"][e] for r in EP) for e in range(n_exp)]
+print("tokens per expert, all ranks:", dict(enumerate(per_expert)))
+assert all(r["diff"] <= TOL for r in EP)
+assert all(r["calls"] == {"all_to_all_single": 3} for r in EP)  # counts, dispatch, combine
+assert all(sum(r["tokens_per_expert"]) == 12 * 2 for r in EP)   # 12 tokens per rank, top-2 each
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 2.6))
+bottom = [0] * n_exp
+for rank, r in enumerate(EP):
+    ax.bar(range(n_exp), r["tokens_per_expert"], bottom=bottom, label=f"tokens from rank {rank}")
+    bottom = [a + c for a, c in zip(bottom, r["tokens_per_expert"])]
+ax.set_xticks(range(n_exp), [f"expert {e}\n(rank {e * len(EP) // n_exp})" for e in range(n_exp)])
+ax.set_ylabel("tokens routed")
+ax.set_title("who computes what: tokens per expert (measured)")
+ax.set_ylim(0, 1.45 * max(per_expert))
+ax.legend(fontsize=8, loc="upper left", ncol=2)
+fig.tight_layout()
+
+# %%
+local = n_exp // len(EP)
+rows = [sum(per_expert[r * local:(r + 1) * local]) for r in range(len(EP))]
+Markdown(f"Each rank routed {sum(EP[0]['tokens_per_expert'])} (token, expert) pairs "
+         f"and computed {', '.join(f'rank {r}: {n}' for r, n in enumerate(rows))} rows. The router decides "
+         f"the load: expert {per_expert.index(max(per_expert))} got {max(per_expert)} tokens, expert "
+         f"{per_expert.index(min(per_expert))} {min(per_expert)} ({max(per_expert) / min(per_expert):.1f}x), already with an "
+         f"untrained router and random tokens; rank {rows.index(max(rows))} computes {max(rows) / min(rows):.2f}x "
+         f"the rows of rank {rows.index(min(rows))}, and every rank waits for the busiest at the combine. That is "
+         f"why MoE training adds a *load-balancing* loss and caps each expert's tokens (the *capacity factor*; "
+         f"tokens over it are dropped or rerouted).")
+
+# %% [markdown]
+# ## 5. DTensor placements, drawn from what the ranks hold
+#
+# `parallelize_module` and FSDP2 store every parameter as a **DTensor**: one logical tensor, a
+# **device mesh** (the ranks arranged in a grid, one dimension per kind of parallelism) and one
+# **placement** per mesh dimension: `Shard(d)` (cut along tensor dimension `d`, one piece per rank),
+# `Replicate()` (a full copy on each rank) or `Partial()` (each rank holds a full-shaped *addend*; the
+# logical tensor is their sum, made real only when asked: the output of a row-parallel layer before
+# its all-reduce is exactly this). On 4 ranks, tensors whose elements are their own indices, so that
+# `to_local()` says which elements a rank stores:
+
+# %%
+pl = disttutor.launch(PROGRAM, nproc=4, args={"part": "placements"}, **LAUNCH)
+viz.one_dim_figure(pl.results);
+
+# %% tags=["nbval-check-output"]
+ONE = [r["placements"]["one_dim"] for r in pl.results]
+assert [o["S(0)"]["held"] for o in ONE] == [list(range(4 * r, 4 * r + 4)) for r in range(4)]  # row r
+assert [o["S(1)"]["held"] for o in ONE] == [list(range(r, 16, 4)) for r in range(4)]           # column r
+assert all(o["R"]["held"] == list(range(16)) for o in ONE)
+assert all(o["Partial()"]["sum"] == [1.0 + 2 + 3 + 4] * 16 for o in ONE)  # the pending sum, all-reduced
+print("1-D mesh: Shard(0) = rows, Shard(1) = columns, Replicate = everything, Partial = a pending sum")
+
+# %% [markdown]
+# On a 2-D mesh `(dp=2, tp=2)` a placement is given **per mesh dimension**, read left to right:
+# `(Shard(0), Shard(1))` cuts rows over `dp` and columns over `tp`; `(Shard(0), Shard(0))` cuts rows
+# over `dp`, then each half's rows again over `tp`; `(Replicate(), Shard(0))` copies over `dp` and
+# cuts rows over `tp` (what a TP weight looks like to data parallelism). The last panel is what
+# chapter 11's 2-D training does to a weight: `ColwiseParallel` shards its rows over `tp` **first**,
+# then FSDP2's `fully_shard` shards *each TP shard's* rows over `dp`:
+
+# %%
+viz.two_dim_figure(pl.results);
+
+# %% tags=["nbval-check-output"]
+TWO = [r["placements"]["two_dim"] for r in pl.results]
+coords = [tuple(r["placements"]["coordinate"]) for r in pl.results]
+rows_of = lambda held: sorted({i // 8 for i in held})
+nested = {c: rows_of(t["(S(0), S(0))"]["held"]) for c, t in zip(coords, TWO)}
+strided = {c: rows_of(t["FSDP2 over TP"]["held"]) for c, t in zip(coords, TWO)}
+print("rows held, (Shard(0), Shard(0)):", nested)
+print("rows held, FSDP2 over TP:       ", strided)
+print("FSDP2 over TP's placements:", TWO[0]["FSDP2 over TP"]["placements"])
+assert nested == {(0, 0): [0, 1], (0, 1): [2, 3], (1, 0): [4, 5], (1, 1): [6, 7]}
+assert strided == {(0, 0): [0, 1], (0, 1): [4, 5], (1, 0): [2, 3], (1, 1): [6, 7]}
+assert "_StridedShard(dim=0, sf=2)" in TWO[0]["FSDP2 over TP"]["placements"]
+
+# %%
+dp0 = sorted(strided[(0, 0)] + strided[(0, 1)])  # every row stored by the ranks with dp = 0
+Markdown(f"Under `(Shard(0), Shard(0))` mesh coordinate (0, 1) holds rows {nested[(0, 1)]}; after FSDP2 over TP it "
+         f"holds rows {strided[(0, 1)]}: the `dp` index no longer picks a contiguous block, it picks the same "
+         f"sub-block *inside each* `tp` shard, so the rows stored with dp = 0 are {dp0}, a strided set. That is "
+         f"what `{TWO[0]['FSDP2 over TP']['placements']}` says: over `dp`, `Shard(0)` applied inside each of the "
+         f"`sf` = 2 pieces that the `tp` dimension cut first (the *split factor* is the `tp` size). You meet it "
+         f"when you print the placements of a model trained with FSDP2 and TP together; `full_tensor()` and DCP "
+         f"checkpoints put the rows back in order for you.")
+
+# %% [markdown]
+# ## 6. The same, as a plain script
+#
+# Everything above in one file you can copy: torch only, `torchrun --nproc-per-node 2
+# disttutor/plain/tp.py` on CPU (gloo), unchanged on GPUs (NCCL, one GPU per rank). It splits an MLP
+# with `parallelize_module` and checks output and gradients against the unsplit copy
+# (`tests/test_ch12_tensor_parallel.py` runs it on 2 CPU ranks):
+
+# %%
+show_code("disttutor.plain.tp")
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
+#
+# - **Tensor parallelism** splits a layer's matrices: column-parallel then row-parallel, with `f`
+#   (all-reduce in backward) and `g` (all-reduce in forward): one all-reduce each way per block. The
+#   bias of the row layer is added once, after the sum.
+# - **Sequence parallelism** turns that all-reduce into an all-gather and a reduce-scatter (the same
+#   bytes on a ring) and shards LayerNorm, dropout and the residual over the sequence: less
+#   activation memory, plus one small all-reduce of LayerNorm's gradients.
+# - **Context parallelism** keeps the sequence split through attention: key/value blocks travel a
+#   ring (`n - 1` sends per rank) and the online softmax merges the partial results exactly.
+# - **Expert parallelism** spreads the experts of an MoE layer and moves the tokens with three
+#   all-to-alls (counts, dispatch, combine); how the router spreads tokens decides each rank's load.
+# - A **DTensor** is a logical tensor with one placement per mesh dimension (`Shard`, `Replicate`,
+#   `Partial`); `_StridedShard` marks a dimension sharded right to left (FSDP2 over TP).
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# **1.** In the row-parallel layer, why is the bias added after the all-reduce, and what would the
+# output be, on `t` ranks, if each rank added it before?
+#
+# <details><summary>Answer</summary>
+#
+# The all-reduce sums what every rank holds. Added before, the bias would be in each of the `t`
+# addends and the output would carry `t × bias`. Added after, once, to the summed output (which every
+# rank then has), it counts once; its gradient is the whole output gradient summed over tokens, on
+# every rank, with no division (Exercise 12.1).
+# </details>
+
+# %% [markdown] tags=["question"]
+# **2.** Sequence parallelism sends the same bytes as tensor parallelism. Where, then, does it save
+# memory, and why does it add an all-reduce after backward?
+#
+# <details><summary>Answer</summary>
+#
+# In the regions TP leaves replicated: LayerNorm's input and statistics, the dropout mask and the
+# residual stream are stored for `seq/t` tokens per rank instead of all of them (section 2 measured
+# it tensor by tensor). LayerNorm's weights are still replicated, but each rank now computes their
+# gradient from its own tokens only: a partial sum, which one all-reduce completes.
+# </details>
+
+# %% [markdown] tags=["question"]
+# **3. Predict, then run.** Ring attention on **4** ranks, causal mask: how many `isend` calls does
+# one rank make in one forward pass? Write your number in the next cell, then run the one after it.
+#
+# <details><summary>Answer</summary>
+#
+# `n - 1 = 3`: the key/value block travels `n - 1` hops to reach every rank; the last block a rank
+# receives is not passed on. The send happens even for blocks the causal mask skips, so that every
+# rank takes part in every step of the ring.
+# </details>
+
+# %% tags=["predict"]
+PREDICTION = None  # your answer: isend calls per rank, 4 ranks
+
+# %%
+cp4 = disttutor.launch(PROGRAM, nproc=4, args={"part": "cp"}, **LAUNCH)
+measured = {r["cp"]["calls"]["isend"] for r in cp4.results}
+assert len(measured) == 1 and all(r["cp"]["diff"] <= TOL for r in cp4.results)
+(MEASURED,) = measured
+print(f"measured: {MEASURED} isend calls per rank on 4 ranks; ring attention {verdict(max(r['cp']['diff'] for r in cp4.results))}")
+if PREDICTION is None:
+    print("(write your prediction in the cell above and run both again)")
+else:
+    print("your prediction is right" if PREDICTION == MEASURED else f"you predicted {PREDICTION}: see the answer above")
+
+# %%
+disttutor.course.chapters.glossary(12)
