@@ -392,7 +392,7 @@ q1 = disttutor.launch("hello", nproc=4, stream=False)
 measured = q1.results[3]["after"][0]
 assert all(set(r["after"]) == {measured} for r in q1.results)  # every rank, every element: the same sum
 reveal("0.q1", my_prediction, measured, rel_tol=0,  # small integers summed in float32: exact
-       explain=f"Every rank holds {measured:g} = " + " + ".join(str(r["before"][0]) for r in q1.results)
+       explain=f"Every rank holds {measured:g} = " + " + ".join(f"{r['before'][0]:g}" for r in q1.results)
        + ": `all_reduce` defaults to `ReduceOp.SUM` and leaves the result on **every** rank, not only on rank 0.")
 
 # %% [markdown] tags=["question"]

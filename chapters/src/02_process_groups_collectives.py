@@ -584,7 +584,7 @@ measured = got["after"][0]
 assert got["after"] == got["equivalent"]  # the same as all-reduce then keeping slice 1
 reveal("2.q1", my_prediction, measured, rel_tol=0,  # small integers summed in float32: exact
        explain=f"Reduce-scatter sums the inputs element by element and hands chunk i of the sum to rank i: rank 1 gets "
-       f"elements 2 and 3 of the sum, {got['after']}, that is " + " + ".join(str(r["reduce_scatter"]["before"][2]) for r in q1.results)
+       f"elements 2 and 3 of the sum, " + ", ".join(f"{v:g}" for v in got["after"]) + ", that is " + " + ".join(f"{r['reduce_scatter']['before'][2]:g}" for r in q1.results)
        + f" = {measured:g} for the first one. Each rank ends with 1/n of the reduced tensor — the half of an all-reduce FSDP uses for gradients.")
 
 # %% [markdown] tags=["question"]

@@ -615,7 +615,8 @@ assert {r["per_rank"] for r in q1.results} == {measured}  # equal shards: else o
 reveal("4.q1", my_prediction, measured, rel_tol=0,  # a count: exact
        explain=f"Every rank saw {measured} samples: ceil(100 / 3) = {measured}, so the sampler hands out "
        f"{3 * measured} indices and **repeats** the first {3 * measured - 100}. Equal shards keep every rank's "
-       "all-reduces in step; `drop_last=True` would drop the tail instead (33 each).")
+       "all-reduces in step; `drop_last=True` would drop the tail instead "
+       f"({100 // 3} each).")
 
 # %% [markdown] tags=["question"]
 # **Question 4.2.** Why does DDP broadcast rank 0's weights when it wraps the model? What would go wrong, and would anything warn you, if it did not?
