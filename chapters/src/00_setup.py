@@ -371,7 +371,7 @@ print("processes left behind:", len(our_jobs()))
 #
 # * `disttutor.launch(program, nproc)` starts real processes under torchrun; each rank's report comes back as data (`res.results[r]`).
 # * A collective returns only when every rank of its group has called it: a missing rank is a hang, which the collective timeout turns into an error naming the waiting ranks.
-# * A crashed rank ends the whole job: torchrun stops the others, and no process is left behind.
+# * A crashed rank fails the whole job: the ranks waiting for it end with "another rank died", and no process is left behind.
 # * The kernel never forks and never `mp.spawn`s a notebook function: programs are modules, started fresh.
 # * gloo on CPUs, NCCL on GPUs: the same program picks its backend and device itself.
 
