@@ -494,7 +494,10 @@ for size, name in ((small, "smallest"), (large, "largest")):
           f"{max(share[size]):.0%} of the time: {lat_bound} of {len(share[size])} fits latency-bound (alpha > half)")
 bw = {(r["algo"], r["nproc"], r["bytes"]): r["busbw"] for r in data}
 assert len(data) == 3 * 2 * 3 and all(r["time_s"] > 0 for r in data)
-assert bw[("builtin", 2, 16 << 20)] > bw[("builtin", 2, 64 << 10)], "big messages use the link better than small ones"
+big_better = bw[("builtin", 2, 16 << 20)] > bw[("builtin", 2, 64 << 10)]
+print("big messages use the link better than small ones (builtin, 2 ranks):", big_better)
+if os.getloadavg()[0] < 0.5 * disttutor.cores():  # a timing claim: asserted only on an idle machine
+    assert big_better, "big messages use the link better than small ones"
 
 # %% [markdown]
 # What to look for: the last two lines split each fitted time into latency α and the per-byte
