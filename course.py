@@ -7,6 +7,7 @@
     python3 course.py update              # pull a course update; your notebooks are kept
     python3 course.py reset 02            # your chapter 2 back to the course's (a backup is kept)
     python3 course.py grade class/        # = disttutor grade ... (teachers: check a class's notebooks)
+    python3 course.py export ../class-copy # = disttutor export ... (teachers: the course without solutions/)
     python3 course.py test [PYTEST ARGS]  # run every test (unit + all notebooks); arguments go to pytest
     python3 course.py execute [chapters/src/NN_x.py ...]   # maintainers: rebuild chapters
     python3 course.py site                # the course as a static website in site/ (nothing re-run)
@@ -341,7 +342,8 @@ def disttutor(cmd: str):
 
 def main() -> int:
     cmds = {"lab": lab, "test": test, "execute": execute, "update": update, "reset": reset, "site": site,
-            "doctor": disttutor("doctor"), "run": disttutor("run"), "grade": disttutor("grade")}
+            "doctor": disttutor("doctor"), "run": disttutor("run"), "grade": disttutor("grade"),
+            "export": disttutor("export")}
     if sys.argv[1:2] in (["-h"], ["--help"], ["help"]):
         print(__doc__)
         return 0

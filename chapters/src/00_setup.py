@@ -4,7 +4,8 @@
 # Welcome to **disttutor**, a hands-on course on PyTorch distributed training. Everything in it
 # really runs: real processes, real collectives. On a laptop without a GPU the processes talk over
 # **gloo** on the CPU; on a machine with GPUs the very same programs pick **NCCL** and
-# `cuda:LOCAL_RANK` by themselves.
+# `cuda:LOCAL_RANK` by themselves. (*Rank*, *world size*, *collective*, *backend* and *process group*:
+# the box below the chapter's card defines all five.)
 #
 # In this chapter you will
 #
@@ -15,8 +16,26 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(0)
+
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * check a machine for distributed training with `disttutor.doctor()` and read what it reports;
+# * launch a job of several processes from a notebook cell and read every rank's result back as data;
+# * tell a hang, a timeout and a crashed rank apart — and know that none of them freezes the notebook or leaves a process behind.
+
+# %% [markdown]
+# **Five words this course uses everywhere**
+#
+# | term | what it means |
+# |---|---|
+# | **rank** | the number of one process of a job: 0, 1, …, world size − 1. Rank 0 is special only where a program makes it so (printing, saving). |
+# | **world size** | how many processes the job has (`WORLD_SIZE`); each usually drives one device. |
+# | **collective** | an operation every rank of a group calls together, e.g. *all-reduce*: sum a tensor over all ranks and give every rank the sum. It returns only when every rank has joined. |
+# | **backend** | the library that moves the bytes between ranks: **gloo** (CPUs, in every PyTorch build) or **NCCL** (NVIDIA GPUs). |
+# | **process group** | the set of ranks a collective runs over; `init_process_group` creates the default one, all ranks. |
 
 # %% [markdown]
 # ### How a cell runs a distributed job
@@ -346,6 +365,47 @@ print("processes left behind:", len(our_jobs()))
 #
 # **Next:** chapter 1 asks *why* we distribute training at all, and chapter 2 opens up the process
 # group and every collective the course uses.
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
+#
+# * `disttutor.launch(program, nproc)` starts real processes under torchrun; each rank's report comes back as data (`res.results[r]`).
+# * A collective returns only when every rank of its group has called it: a missing rank is a hang, which the collective timeout turns into an error naming the waiting ranks.
+# * A crashed rank fails the whole job: the ranks waiting for it end with "another rank died", and no process is left behind.
+# * The kernel never forks and never `mp.spawn`s a notebook function: programs are modules, started fresh.
+# * gloo on CPUs, NCCL on GPUs: the same program picks its backend and device itself.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 0.1 (predict, then run).** `hello` gives rank r a tensor filled with r + 1, then calls `dist.all_reduce(x)` with no `op`. On 4 ranks, what number does **rank 3** hold afterwards? Write it into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number: what rank 3 holds after the all-reduce on 4 ranks
+
+# %%
+import disttutor
+
+q1 = disttutor.launch("hello", nproc=4, stream=False)
+measured = q1.results[3]["after"][0]
+assert all(set(r["after"]) == {measured} for r in q1.results)  # every rank, every element: the same sum
+reveal("0.q1", my_prediction, measured, rel_tol=0,  # small integers summed in float32: exact
+       explain=f"Every rank holds {measured:g} = " + " + ".join(f"{r['before'][0]:g}" for r in q1.results)
+       + ": `all_reduce` defaults to `ReduceOp.SUM` and leaves the result on **every** rank, not only on rank 0.")
+
+# %% [markdown] tags=["question"]
+# **Question 0.2.** Rank 1 of a 4-rank job never calls the all-reduce; the collective timeout is 3 s. Which ranks end with an error, which are stopped, and why does nobody wait forever?
+
+# %%
+answer("0.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 0.3.** Why does every job here run a module (`python -m disttutor.programs.NAME`) instead of `mp.spawn` of a function defined in a notebook cell?
+
+# %%
+answer("0.q3")
 
 # %%
 disttutor.course.chapters.glossary(0)

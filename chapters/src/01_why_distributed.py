@@ -20,9 +20,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(1)
 
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * estimate the memory training needs — weights, gradients, optimizer states, activations — and what ZeRO-1/2/3 divide;
+# * say what data, tensor, layer-wise and pipeline parallelism each split, and check it on real ranks;
+# * name the challenges of distributed training and the chapter that handles each.
 
 # %%
 import matplotlib.pyplot as plt
@@ -251,15 +257,17 @@ calculator()
 # bytes a real model and `torch.optim.Adam` hold after one step.
 
 # %%
+card("1.1")
+
+# %%
 def zero_memory(n_params, bytes_per_param, world, stage):
     """Exercise 1.1: bytes per device of "weights", "gradients", "optimizer" (a dict)."""
     raise NotImplementedError("Exercise 1.1: which parts does each ZeRO stage divide by world?")
 
 
 # %%
-from disttutor.checks import hint
+hint("1.1")
 
-print(hint("1.1", 1))  # stuck after trying? hint("1.1", 2) is stronger; hint("1.1", 3) names the solution
 
 # %%
 from disttutor.checks.memory import check_zero_memory
@@ -471,17 +479,55 @@ assert table[1]["ranks holding each layer"] == [1] and table[1]["ranks processin
 # A challenge the article does not list, and the first section of this chapter is about: **memory**.
 # Data parallelism alone does not help with it; sharding (ZeRO/FSDP, [chapter 11](11_beyond_ddp.ipynb)) and model
 # splitting (chapters 6–7) do.
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
 #
-# ## Summary
+# * Training with AdamW in fp32 costs 16 bytes per parameter — 4 weight, 4 gradient, 8 optimizer states — before any activation.
+# * Activations grow with batch × sequence × width × depth; sharding the model states does not shrink them.
+# * Data parallelism splits the samples and replicates the model; ZeRO/FSDP shard the replicated states over the data-parallel ranks.
+# * Tensor parallelism splits inside every layer, layer-wise model parallelism splits the layers, pipeline parallelism is layer splitting plus micro-batches — not a mix of data and model parallelism.
+# * Memory, not only time, is why a model gets distributed.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
 #
-# * Training memory = weights + gradients + optimizer states (16 bytes/parameter with Adam, measured)
-#   + activations (batch × sequence × width × depth; estimated, and measured on real layers).
-# * Data parallelism splits the **samples** and replicates the model; ZeRO/FSDP shards the replicated
-#   model states; tensor parallelism splits **inside** every layer; layer-wise model parallelism
-#   splits the **layers**; pipeline parallelism is layer splitting **plus micro-batches** — not a mix
-#   of data and model parallelism.
-# * Next: [chapter 2](02_process_groups_collectives.ipynb) builds the process groups and collectives
-#   that all of these run on.
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 1.1 (predict, then run).** One AdamW step on chapter 1's MLP. How many bytes of **optimizer state** does AdamW keep per parameter (fp32)? Write a number into `my_prediction`, then run the next cell: it counts the bytes of every tensor in `optimizer.state`.
+
+# %% tags=["predict"]
+my_prediction = None  # a number: bytes of AdamW state per parameter
+
+# %%
+import torch
+
+from disttutor.workloads.models import MLP, seeded
+
+q1_model = seeded(MLP, 0, 16, [32, 32, 32], 4)
+q1_opt = torch.optim.AdamW(q1_model.parameters())
+q1_model(torch.randn(8, 16)).sum().backward()
+q1_opt.step()  # AdamW creates its state at the first step
+n_params = sum(p.numel() for p in q1_model.parameters())
+state = {k: sum(s[k].numel() * s[k].element_size() for s in q1_opt.state.values()) for k in ("exp_avg", "exp_avg_sq", "step")}
+measured = sum(state.values()) / n_params
+assert state["exp_avg"] == state["exp_avg_sq"] == 4 * n_params  # one fp32 moment of each kind per parameter
+reveal("1.q1", my_prediction, measured, rel_tol=0.05,  # 5 %: 8 bytes and the few step counters count as right
+       explain=f"AdamW keeps two fp32 moments per parameter, `exp_avg` and `exp_avg_sq`: {state['exp_avg'] + state['exp_avg_sq']} bytes "
+       f"for {n_params} parameters, 8 per parameter. The rest, {state['step']} bytes, is one `step` counter per parameter tensor "
+       f"({len(q1_opt.state)} tensors). With the weight (4) and its gradient (4) that is the 16 bytes per parameter of section 1.")
+
+# %% [markdown] tags=["question"]
+# **Question 1.2.** A 7-billion-parameter model, AdamW in fp32, 8 GPUs of 80 GB. How much model-state memory does each GPU need under plain data parallelism, ZeRO-1, ZeRO-2 and ZeRO-3, and which fit?
+
+# %%
+answer("1.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 1.3.** The article calls pipeline parallelism "a mix of data and model parallelism". Why is that wrong, in terms of what the table in section 3 measured?
+
+# %%
+answer("1.q3")
 
 # %%
 disttutor.course.chapters.glossary(1)

@@ -19,9 +19,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(2)
 
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * create process groups (the world and subgroups) and say which environment variables torchrun gives each rank;
+# * predict what every collective — broadcast, reduce, all-reduce, all-gather, reduce-scatter, gather, scatter, send/recv — leaves on every rank;
+# * build an all-reduce from point-to-point messages, and estimate a collective's time from latency and bandwidth (α–β).
 
 # %%
 import torch
@@ -488,9 +494,16 @@ assert all(c == 4 for row in final for c in row)  # after 2(n-1) = 6 steps every
 # every element with a single-process reference and with `dist.all_reduce`.
 
 # %%
+card("2.1")
+
+# %%
 def ring_all_reduce(tensor):
     """Sum `tensor` over all ranks, in place, with a ring of isend/irecv. Returns `tensor`."""
     raise NotImplementedError("Exercise 2.1: implement the ring all-reduce (reduce-scatter, then all-gather)")
+
+
+# %%
+hint("2.1")
 
 
 # %% tags=["nbval-check-output"]
@@ -688,18 +701,49 @@ print("naive and ring all-reduce on the emulated link, 4 and 8 ranks: sums equal
 # ```
 # python benchmarks/bench_allreduce.py
 # ```
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
 #
-# ## Summary
-# * A process group is a set of ranks; `torchrun` sets `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, …;
-#   `new_group` / `new_subgroups` make smaller groups — and are called by *every* rank.
-# * NCCL for GPUs, Gloo for CPUs (built into every wheel), MPI only in source builds; the runtime
-#   picks, the program does not change.
-# * broadcast, reduce, all_reduce, all_gather, reduce_scatter, gather, scatter, send/recv/isend,
-#   barrier — each ran above on real ranks and was checked.
-# * All-reduce = reduce-scatter + all-gather; the ring sends `2(n−1)/n·N` bytes per rank whatever `n`.
-#   Blocking sends facing each other deadlock: post `isend`/`irecv`, then wait.
-# * Time ≈ α + β·N: latency rules small messages, bandwidth large ones — the reason DDP (chapter 4)
-#   packs gradients into buckets.
+# * A process group is a set of ranks; `new_group`/`new_subgroups` must be called by **every** rank, in the same order.
+# * NCCL for GPUs, Gloo for CPUs (in every wheel): the runtime picks, the program does not change.
+# * All-reduce = reduce-scatter + all-gather; a ring sends 2(n−1)/n · N bytes per rank, whatever n.
+# * Blocking sends facing each other deadlock: post `isend`/`irecv`, then wait on both.
+# * Time ≈ α + β·N: latency rules small messages, bandwidth large ones — the reason DDP packs gradients into buckets.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 2.1 (predict, then run).** In `collectives`, rank r of n starts reduce-scatter with the n·2 elements `10r + 1, 10r + 2, …`. On **3 ranks**, what is the **first element rank 1 ends with**? Write a number into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number: rank 1's first element after reduce_scatter on 3 ranks
+
+# %%
+import disttutor
+
+q1 = disttutor.launch("collectives", nproc=3, args={"ops": ["reduce_scatter"]}, stream=False)
+got = q1.results[1]["reduce_scatter"]
+measured = got["after"][0]
+assert got["after"] == got["equivalent"]  # the same as all-reduce then keeping slice 1
+reveal("2.q1", my_prediction, measured, rel_tol=0,  # small integers summed in float32: exact
+       explain=f"Reduce-scatter sums the inputs element by element and hands chunk i of the sum to rank i: rank 1 gets "
+       f"elements 2 and 3 of the sum, " + ", ".join(f"{v:g}" for v in got["after"]) + ", that is " + " + ".join(f"{r['reduce_scatter']['before'][2]:g}" for r in q1.results)
+       + f" = {measured:g} for the first one. Each rank ends with 1/n of the reduced tensor — the half of an all-reduce FSDP uses for gradients.")
+
+# %% [markdown] tags=["question"]
+# **Question 2.2.** A ring all-reduce of a 1 GiB gradient: how many bytes does each rank send on 8 ranks, and on 64? How long does it take at 25 GB/s per link, ignoring latency?
+
+# %%
+answer("2.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 2.3.** Two ranks each call `dist.send(t, dst=peer)` and then `dist.recv(buf, src=peer)`. What happens, why may a test with small tensors not show it, and what are two fixes?
+
+# %%
+answer("2.q3")
 
 # %%
 disttutor.course.chapters.glossary(2)

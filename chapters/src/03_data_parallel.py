@@ -15,9 +15,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(3)
 
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * say what `nn.DataParallel` really does in one step, from the installed PyTorch source;
+# * explain why its first device becomes the bottleneck, with the bytes measured through it;
+# * count the bytes rank 0 sends under DataParallel's pattern and under a ring all-reduce (Exercise 3.1).
 
 # %%
 import math
@@ -333,34 +339,67 @@ print(format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in d
 # handed to gloo — exactly, they are integers — then with the chapter's formula for 4 and 8 ranks.
 
 # %%
+card("3.1")
+
+# %%
 def predict_sent(pattern, n, n_params, batch, d_in, d_out, elem=4):
     """Exercise 3.1: bytes rank 0 sends in one step ("dp-copy" or "ddp-ring") on n ranks."""
     raise NotImplementedError("Exercise 3.1: count what rank 0 sends in one step, for each pattern")
 
 
 # %%
-from disttutor.checks import hint
+hint("3.1")
 
-print(hint("3.1", 1))  # stuck after trying? hint("3.1", 2) is stronger; hint("3.1", 3) names the solution
 
 # %%
 from disttutor.checks.traffic import check_predict_sent
 
 print(check_predict_sent(predict_sent))
 
-# %% [markdown]
-# ## Summary
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
 #
-# * `nn.DataParallel` is **one process**: `forward` scatters the batch, **replicates the module
-#   every step**, runs one **thread** per GPU, and **gathers** outputs on `device_ids[0]`; the
-#   backward **sums** replica gradients into the original module on that device, where the
-#   optimizer then runs alone.
-# * The first device carries the batch, the outputs, the loss, the update and all parameter and
-#   gradient traffic: measured above, its bytes grow with every device (copy path), while a ring
-#   all-reduce keeps every rank under 2S.
-# * Without two GPUs, DataParallel just calls the module (`device_ids == []`), as shown live.
-# * PyTorch recommends `DistributedDataParallel` even on one machine: one process per GPU,
-#   gradients all-reduced in buckets overlapping the backward. That is chapter 4.
+# * `nn.DataParallel` is one process: each forward scatters the batch, **replicates the module**, runs one thread per device and gathers the outputs on `device_ids[0]`.
+# * The backward sums the replicas' gradients into the original module on the first device, where the optimizer runs alone.
+# * The first device's traffic grows with (n−1) × the model; a ring all-reduce sends about 2 × the model per rank, whatever n.
+# * PyTorch recommends DDP (chapter 4) even on one machine: one process per device, no replication per step, no shared GIL.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 3.1 (predict, then run).** Under DataParallel's pattern rank 0 sends the model and the others' inputs and output gradients every step. How many **times more bytes** does rank 0 send on **4** devices than on **2**? Write a number into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number: (bytes rank 0 sends on 4 devices) / (bytes on 2 devices)
+
+# %%
+import disttutor
+
+q1 = disttutor.launch("dp_traffic", nproc=4, args={"steps": 1, "sizes": [2, 4], "patterns": ["dp-copy", "ddp-ring"]},
+                      stream=False, timeout=150)
+sent = {(n, p): q1.results[0]["runs"][str(n)][p]["sent"] for n in (2, 4) for p in ("dp-copy", "ddp-ring")}
+measured = sent[(4, "dp-copy")] / sent[(2, "dp-copy")]
+reveal("3.q1", my_prediction, measured, rel_tol=0.2,  # 20 %: 3, the parameter copies alone, counts as right
+       explain=f"Rank 0 sent {sent[(2, 'dp-copy')]} bytes on 2 devices and {sent[(4, 'dp-copy')]} on 4: x{measured:.2f}. "
+       f"It copies the {q1.results[0]['n_params']} parameters to every other device, so the bytes grow like n − 1 "
+       f"(1 -> 3), while the inputs and output gradients it hands out grow only from 1/2 of the batch to 3/4 of it, "
+       f"so the ratio lies between 1.5 and 3 (Exercise 3.1 counts every byte). Under the ring rank 0 "
+       f"sent {sent[(2, 'ddp-ring')]} -> {sent[(4, 'ddp-ring')]} bytes: x{sent[(4, 'ddp-ring')] / sent[(2, 'ddp-ring')]:.2f}, "
+       "heading for 2, never more.")
+
+# %% [markdown] tags=["question"]
+# **Question 3.2.** Why does DataParallel's first device run out of memory or time first? Name everything that passes through it in one training step.
+
+# %%
+answer("3.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 3.3.** A 100-million-parameter fp32 model on 8 GPUs: how many bytes does device 0 send per step just to copy the parameters under DataParallel, and how many does each rank send in a ring all-reduce of the gradients?
+
+# %%
+answer("3.q3")
 
 # %%
 disttutor.course.chapters.glossary(3)

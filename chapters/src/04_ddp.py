@@ -31,9 +31,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(4)
 
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * turn a single-process training script into a correct DDP program (sampler, `set_epoch`, `drop_last`, saving on one rank);
+# * prove that DDP's replicas stay identical to one process trained on the whole batch, and say what the wrap broadcasts;
+# * write DDP yourself, naive then bucketed and overlapped (Exercises 4.1 and 4.2), and time it against PyTorch's.
 
 # %%
 import os
@@ -412,12 +418,19 @@ assert run_noepoch.ok and len({r["final_sha"] for r in run_noepoch.results}) == 
 # imported for it; the import below only makes the names known in this notebook.)
 
 # %%
+card("4.1")
+
+# %%
 import torch.distributed as dist
 
 
 def sync_gradients(model):
     """Exercise 4.1: make every parameter's .grad the average of that gradient over all ranks."""
     raise NotImplementedError("Exercise 4.1: all-reduce each p.grad (a SUM), then divide by the world size")
+
+
+# %%
+hint("4.1")
 
 
 # %%
@@ -449,6 +462,9 @@ print(check_naive_ddp(sync_gradients))
 # per bucket. A mismatched order fails at the 10 s collective timeout instead of hanging.
 
 # %%
+card("4.2")
+
+# %%
 class OverlappedDDP:
     """Exercise 4.2: one async all-reduce per full bucket, launched from gradient hooks during backward."""
 
@@ -472,6 +488,10 @@ class OverlappedDDP:
     def finish(self):
         raise NotImplementedError("Exercise 4.2: wait on every handle, divide by the world size, copy back "
                                   "into .grad, reset the counters")
+
+
+# %%
+hint("4.2")
 
 
 # %%
@@ -597,6 +617,49 @@ for n, r in ratios.items():
 #   same collectives in the same order (uneven inputs → `Join`; unused parameters →
 #   `find_unused_parameters`); and every replica holds the **whole** model, gradients and optimiser state —
 #   which is what FSDP (chapter 11) removes.
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
+#
+# * DDP runs one process per device; each trains on its shard, and the all-reduced mean gradient makes every replica take the same step.
+# * The wrap broadcasts rank 0's weights: replicas start equal and stay equal, step by step equal to one process on the whole batch.
+# * `DistributedSampler` pads to equal shards (or drops with `drop_last`); `set_epoch` reshuffles each epoch.
+# * Gradients travel in buckets, in reverse parameter order, all-reduced while backward still runs: that overlap is why DDP is fast.
+# * `find_unused_parameters=True` is for models with unused parameters, and costs a graph traversal every step.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 4.1 (predict, then run).** `DistributedSampler` with its defaults, **100 samples on 3 ranks**: how many samples does each rank see in one epoch? Write a number into `my_prediction`, then run the next cell (a 1-epoch DDP run).
+
+# %% tags=["predict"]
+my_prediction = None  # a number: samples per rank per epoch, 100 samples on 3 ranks
+
+# %%
+import disttutor
+
+q1 = disttutor.launch("ddp", nproc=3, args={"samples": 100, "epochs": 1, "show": 0}, stream=False)
+measured = q1.results[0]["per_rank"]
+assert {r["per_rank"] for r in q1.results} == {measured}  # equal shards: else one rank would wait for the others
+reveal("4.q1", my_prediction, measured, rel_tol=0,  # a count: exact
+       explain=f"Every rank saw {measured} samples: ceil(100 / 3) = {measured}, so the sampler hands out "
+       f"{3 * measured} indices and **repeats** the first {3 * measured - 100}. Equal shards keep every rank's "
+       "all-reduces in step; `drop_last=True` would drop the tail instead "
+       f"({100 // 3} each).")
+
+# %% [markdown] tags=["question"]
+# **Question 4.2.** Why does DDP broadcast rank 0's weights when it wraps the model? What would go wrong, and would anything warn you, if it did not?
+
+# %%
+answer("4.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 4.3.** Why are DDP's buckets filled in *reverse* parameter order, and how does that let communication overlap the backward pass?
+
+# %%
+answer("4.q3")
 
 # %%
 disttutor.course.chapters.glossary(4)

@@ -25,9 +25,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(5)
 
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * start a job on several nodes with torchrun and a c10d rendezvous, and read `RANK`, `LOCAL_RANK` and `GROUP_RANK` on every process;
+# * explain what the article's `torch.distributed.launch` + `mp.spawn` launch really does, and replace it;
+# * generate a launch for a real cluster — a torchrun command per node, a Slurm script, a Kubernetes `PyTorchJob` — from one config.
 
 # %%
 import inspect
@@ -458,15 +464,17 @@ for cmd in cmds:
 # machine (`head="127.0.0.1"`, a free port, one process each) must meet and form one 2-rank job.
 
 # %%
+card("5.1")
+
+# %%
 def node_command(node_rank, nnodes, nproc_per_node, head, port, job_id):
     """Exercise 5.1: torchrun's arguments for one node (a list of strings)."""
     raise NotImplementedError("Exercise 5.1: return torchrun's arguments for this node")
 
 
 # %%
-from disttutor.checks import hint
+hint("5.1")
 
-print(hint("5.1", 1))  # stuck after trying? hint("5.1", 2) is stronger; hint("5.1", 3) names the solution
 
 # %%
 from disttutor.checks.cluster import check_node_command
@@ -657,26 +665,47 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus
     else:
         raise AssertionError(f"{bad} was accepted")
 
-# %% [markdown]
-# ## Summary
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
 #
-# * Multi-node changes the **launch**, not the training code: one torchrun agent per machine, one
-#   process per device, `init_process_group()` reading `RANK`/`WORLD_SIZE`/`MASTER_*` from the
-#   environment.
-# * `RANK = GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK` for homogeneous jobs; `LOCAL_RANK` picks the
-#   device; `GROUP_RANK` is the node.
-# * With the c10d rendezvous, `--node-rank` is ignored: the agents are numbered in sorted
-#   (address, pid) order when they meet. Use `--rdzv-backend=static` if the order must be fixed.
-# * `torch.distributed.launch` is deprecated (it still runs, with a `FutureWarning`); use `torchrun`.
-#   Never combine a launcher with `mp.spawn`: every launched process spawns a full set of children,
-#   their ranks clash, and in the worst case nothing fails and training is silently wrong.
-# * `disttutor.multinode.cluster` writes torchrun commands, Slurm scripts and Kubeflow `PyTorchJob` manifests
-#   from one validated config. The Slurm script ran under a real Slurm: it activates the environment,
-#   reaches the head at its `NodeAddr`, takes a rendezvous port per job and labels every line with
-#   node and rank; ask `sbatch --test-only` whether a request fits before queueing it.
+# * Going multi-node changes how processes start and meet, not the training code.
+# * Every node runs the same torchrun command; with the c10d rendezvous `--node-rank` is ignored and the agents are numbered when they meet (`--rdzv-backend=static` fixes the order).
+# * RANK = GROUP_RANK × processes per node + LOCAL_RANK; `LOCAL_RANK` picks the GPU.
+# * One launcher only: torchrun starts the processes; a script that also calls `mp.spawn` doubles them.
+# * What one machine cannot show — interfaces, firewalls, InfiniBand — is what a rendezvous that never forms comes down to.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
 #
-# **Try it:** launch `whoami` with `nproc=1, nnodes=3` (three one-process "nodes") and check the
-# formula again; generate the launch files for your own cluster with `cluster.ClusterConfig(...)`.
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 5.1 (predict, then run).** Two nodes of 2 processes each, joined by a c10d rendezvous. What is the global `RANK` of the process with `GROUP_RANK` 1 and `LOCAL_RANK` 1? Write a number into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number: RANK of GROUP_RANK 1, LOCAL_RANK 1 (2 nodes x 2 processes)
+
+# %%
+import disttutor
+
+q1 = disttutor.launch("whoami", nproc=2, nnodes=2, stream=False, timeout=150)
+layout = [tuple(x) for x in q1.results[0]["layout"]]  # (GROUP_RANK, LOCAL_RANK) of every rank, all-gathered
+measured = layout.index((1, 1))
+assert sorted(layout) == [(g, l) for g in (0, 1) for l in (0, 1)]  # every (node, local rank) exactly once
+reveal("5.q1", my_prediction, measured, rel_tol=0,  # a rank: exact
+       explain=f"The ranks' (GROUP_RANK, LOCAL_RANK) were {layout}: RANK = GROUP_RANK x 2 + LOCAL_RANK = 1 x 2 + 1 = "
+       f"{measured}. Which machine becomes GROUP_RANK 1 is the rendezvous' choice; the arithmetic after it is fixed.")
+
+# %% [markdown] tags=["question"]
+# **Question 5.2.** Two nodes run the same torchrun command with `--rdzv-backend=c10d --rdzv-endpoint=head:29500`, and one of them never joins. What does the other one see, and what do you check first?
+
+# %%
+answer("5.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 5.3.** The article starts `python -m torch.distributed.launch --nproc-per-node 2` on a script that itself calls `mp.spawn(nprocs=2)`. How many training processes run on the 2-GPU machine, and why do their ranks clash?
+
+# %%
+answer("5.q3")
 
 # %%
 disttutor.course.chapters.glossary(5)

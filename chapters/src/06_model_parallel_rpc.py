@@ -26,9 +26,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(6)
 
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * split a model's layers over ranks and pass activations forward and gradients back with `send`/`recv`;
+# * measure how much of each step a rank waits under plain model parallelism, and say why;
+# * run the article's RPC example, read why it fails, and train its corrected version with distributed autograd — and know what to use instead today.
 
 # %%
 import inspect
@@ -156,15 +162,17 @@ print("every rank waits for its neighbours:", all(x["wait_s"] > 0 for x in mp_ru
 # compares every rank's layers after every step with the same model trained in one process.
 
 # %%
+card("6.1")
+
+# %%
 def stage_forward_backward(stage, x, y, act_shape, out_shape):
     """Exercise 6.1: forward and backward of this rank's stage; the loss on the last rank, else None."""
     raise NotImplementedError("Exercise 6.1: recv input, forward, send output; recv grad, backward, send grad")
 
 
 # %%
-from disttutor.checks import hint
+hint("6.1")
 
-print(hint("6.1", 1))  # stuck after trying? hint("6.1", 2) is stronger; hint("6.1", 3) names the solution
 
 # %%
 from disttutor.checks.model_parallel import check_stage
@@ -401,14 +409,50 @@ assert all(checks.values())
 # where one process *calls functions on objects that live elsewhere* — a parameter server,
 # reinforcement-learning actors feeding a learner. Even there, expect little new development;
 # pin your torch version and test the warnings above when you upgrade.
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
 #
-# ### What to remember
-# * Splitting layers across devices saves memory, not time: with plain model parallelism only one
-#   stage works at a time (measured above).
-# * Across processes, autograd needs help: send the activation, make the received copy a leaf that
-#   requires grad, send its `.grad` back (p2p) — or let distributed autograd record it (RPC).
-# * The article's RPC code passes RRefs where tensors are needed, feeds `(batch, seq)` data to a
-#   `(seq, batch)` transformer, and never trains; fixed, it matches a single-process run exactly.
+# * Splitting the layers over devices saves memory, not time: with plain model parallelism one stage works at a time.
+# * Across processes autograd needs help: send the activation, make the received copy a leaf that requires grad, send its `.grad` back.
+# * RPC with distributed autograd records that for you; the article's version passes RRefs where tensors are needed and never trains.
+# * Fixed, both versions match a single-process run exactly; today pipelining (chapter 7) and FSDP/TP (chapter 11) replace RPC model parallelism.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 6.1 (predict, then run).** The model is cut into **4 stages** on 4 ranks, no micro-batches. What **fraction** of each step does rank 0 spend idle (neither computing nor stepping)? Write a number between 0 and 1 into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number in [0, 1]: rank 0's idle fraction with 4 stages
+
+# %%
+import os
+
+import disttutor
+
+q1 = disttutor.launch("model_parallel", nproc=4, stream=False, timeout=120,
+                      args={"steps": 4, "warmup": 1, "batch": 256, "width": 256, "layers-per-stage": 2})
+idle = [r["idle_frac"] for r in q1.results]
+measured = idle[0]
+reveal("6.q1", my_prediction, measured, rel_tol=0.25,  # 25 %: a timed run on shared cores is noisy
+       explain=f"Measured idle fractions per rank: {[round(x, 2) for x in idle]} (load {os.getloadavg()[0]:.1f} on "
+       f"{disttutor.cores()} cores). With one stage working at a time a rank can be busy at most about 1/4 of the step, "
+       "so about 3/4 idle; sends and receives count as idle here, and on fewer cores than ranks the ranks also wait for a core.")
+
+# %% [markdown] tags=["question"]
+# **Question 6.2.** In the send/recv version, why must a stage call `requires_grad_(True)` on the activation it receives? What breaks without it?
+
+# %%
+answer("6.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 6.3.** A model cut into 4 equal stages: at best, what fraction of the time is each device busy with plain model parallelism, and with a GPipe pipeline of 12 micro-batches?
+
+# %%
+answer("6.q3")
 
 # %%
 disttutor.course.chapters.glossary(6)

@@ -23,9 +23,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(7)
 
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * draw GPipe, 1F1B and interleaved schedules, and compute their bubble and activation memory;
+# * train with `torch.distributed.pipelining` on real ranks and check it equals single-process training;
+# * read a measured pipeline timeline and say why its bubble differs from the formula's.
 
 # %%
 import importlib.util
@@ -221,15 +227,17 @@ ui = bubble_widget(PipeSpec("1f1b", p=4, m=8))
 # really ran on 3 ranks (this chapter's program, 4 micro-batches).
 
 # %%
+card("7.1")
+
+# %%
 def one_f_one_b(rank, p, m):
     """Exercise 7.1: [("F", 0), ..., ("B", 0), ...] -- the order rank `rank` runs."""
     raise NotImplementedError("Exercise 7.1: warm-up forwards, then one backward, one forward, then drain")
 
 
 # %%
-from disttutor.checks import hint
+hint("7.1")
 
-print(hint("7.1", 1))  # stuck after trying? hint("7.1", 2) is stronger; hint("7.1", 3) names the solution
 
 # %%
 from disttutor.checks.pipeline import check_one_f_one_b
@@ -375,13 +383,17 @@ for name, res in [("1F1B, 4 ranks", run_1f1b), ("interleaved, 2 ranks", run_il)]
 # measured-looking events, and on this run yours must print the same number as above.
 
 # %%
+card("7.2")
+
+# %%
 def bubble_fraction(events):
     """Fraction of p x (the run's window) in which no event of a rank was running."""
     raise NotImplementedError("Exercise 7.2: one window for all ranks, busy time of every event, then the fraction")
 
 
 # %%
-print(hint("7.2", 1))  # hint("7.2", 2) is stronger; hint("7.2", 3) names the solution
+hint("7.2")
+
 
 # %%
 from disttutor.checks.pipeline import check_bubble_fraction
@@ -839,19 +851,51 @@ if load_bal < 0.5 * n_cores:  # timing claims, asserted on a quiet machine only 
 # %%
 show_code("disttutor.plain.pipeline", "pipeline")
 
-# %% [markdown]
-# ## Summary
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
 #
-# * `torch.distributed.pipeline.sync.Pipe` is gone; `torch.distributed.pipelining` (`PipelineStage`
-#   + a schedule) is the current API, and it runs on CPU/gloo and on GPUs/NCCL unchanged.
-# * A pipeline step is one mini-batch cut into m micro-batches, each going forward *and* backward,
-#   followed by **one** optimizer step: with mean losses per micro-batch and `scale_grads=True` it
-#   equals single-process training (asserted above, also for DP × PP).
-# * The bubble is (p − 1)/(m + p − 1) for GPipe and 1F1B, (p − 1)/(v·m + p − 1) interleaved —
-#   measured on the drawing, not assumed. 1F1B holds p − r micro-batches of activations instead
-#   of m.
-# * On real hardware the bubble also contains communication and imbalance: measure it
-#   (`benchmarks/bench_pipeline.py`), don't just quote the formula.
+# * `torch.distributed.pipelining` (`PipelineStage` + a schedule) replaces the article's removed `Pipe`, unchanged on CPU/gloo and GPU/NCCL.
+# * One pipeline step = one mini-batch cut into m micro-batches, each forward and backward, then **one** optimizer step: it equals single-process training.
+# * The bubble is (p − 1)/(m + p − 1) for GPipe and 1F1B, (p − 1)/(v·m + p − 1) interleaved.
+# * 1F1B holds p − r micro-batches of activations instead of m: same bubble, less memory.
+# * A measured bubble also holds communication and imbalance: measure it, don't quote the formula.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 7.1 (predict, then run).** GPipe on **2 stages** with **4 micro-batches**. What bubble fraction will the **measured** timeline show? Write a number between 0 and 1 into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number in [0, 1]: the measured bubble of GPipe, p = 2, m = 4
+
+# %%
+import os
+
+import disttutor
+from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, slots_from_events
+
+q1 = disttutor.launch("pipeline", nproc=2, stream=False, timeout=200,
+                      args={"schedule": "gpipe", "microbatches": 4, "steps": 2, "width": 384, "layers_per_stage": 4, "batch": 128})
+measured = bubble_stats(slots_from_events([r["events"] for r in q1.results]), q1.world_size)["bubble"]
+theory = formula(PipeSpec("gpipe", 2, 4))
+reveal("7.q1", my_prediction, measured, rel_tol=0.3,  # 30 %: a timed run on shared cores is noisy
+       explain=f"The formula says (p-1)/(m+p-1) = 1/5 = {theory:.2f}; this run measured {measured:.2f} (load "
+       f"{os.getloadavg()[0]:.1f} on {disttutor.cores()} cores). The difference is what the formula leaves out: the "
+       "sends between stages, a backward that is not exactly twice the forward, and ranks waiting for a core.")
+
+# %% [markdown] tags=["question"]
+# **Question 7.2.** A pipeline of p = 8 stages. How many micro-batches does GPipe need for a bubble below 10 %? And interleaved 1F1B with v = 2 stages per rank?
+
+# %%
+answer("7.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 7.3.** 1F1B has exactly GPipe's bubble. Why do practitioners prefer it?
+
+# %%
+answer("7.q3")
 
 # %%
 disttutor.course.chapters.glossary(7)

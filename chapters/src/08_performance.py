@@ -12,8 +12,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(8)
+
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * use mixed precision with today's `torch.autocast`/`GradScaler` API and say what it gains on CPU and on GPUs;
+# * accumulate gradients under DDP with `no_sync()` and one all-reduce per step (Exercise 8.1), and compress them with a communication hook (Exercise 8.2);
+# * tune DDP's buckets, `gradient_as_bucket_view`, `static_graph` and the data loader — each measured on your machine.
 
 # %%
 import math
@@ -252,12 +259,9 @@ print(f"This model's gradients are {small_grad / 1024:.1f} KiB: no_sync saves {4
 # `BucketedDDP` calls `self._grad_ready(p)` from a hook each time `p.grad` is complete. The checker
 # trains your wrapper beside torch's DDP with k = 4 micro-batches per step on 2 ranks, counts the
 # all-reduces per optimiser step and compares the parameters after every step.
-#
-# <details><summary>Hint 1</summary>A flag set by <code>no_sync()</code> and restored when it exits
-# (<code>contextlib.contextmanager</code>, <code>try/finally</code>).</details>
-# <details><summary>Hint 2</summary>Override <code>_grad_ready</code>: when the flag says "no sync",
-# return without calling <code>super()._grad_ready(p)</code>. Post-accumulate hooks fire after
-# <code>.grad</code> has been summed, so the last backward sees the whole sum.</details>
+
+# %%
+card("8.1")
 
 # %%
 import contextlib
@@ -273,6 +277,10 @@ class NoSyncDDP(BucketedDDP):
 
     def _grad_ready(self, p):
         raise NotImplementedError("Exercise 8.1: skip bucketing while no_sync() is active, else super()._grad_ready(p)")
+
+
+# %%
+hint("8.1")
 
 
 # %%
@@ -346,18 +354,18 @@ plt.show()
 # **averaged** gradients. Send fewer bytes than fp32 (fp16 halves them; top-k with error feedback
 # is the ambitious variant). The checker registers your hook on real DDP ranks, counts the bytes
 # it sends and compares the loss after 30 steps with the fp32 all-reduce.
-#
-# <details><summary>Hint 1</summary>Divide by the world size <em>before</em> converting to fp16
-# (the sum of n fp16 gradients can overflow), then
-# <code>dist.all_reduce(t, async_op=True).get_future()</code>.</details>
-# <details><summary>Hint 2</summary><code>fut.then(fn)</code> runs <code>fn(fut)</code> when the
-# all-reduce is done: copy <code>fut.value()[0]</code> back into <code>bucket.buffer()</code> and
-# return the buffer.</details>
+
+# %%
+card("8.2")
 
 # %%
 def fp16_compress_hook(state, bucket):
     raise NotImplementedError("Exercise 8.2: compress bucket.buffer(), all-reduce it asynchronously, "
                               "return a future of the averaged fp32 gradients")
+
+
+# %%
+hint("8.2")
 
 
 # %%
@@ -741,6 +749,49 @@ print(f"gradient_as_bucket_view saved {saved_bytes / 2**20:.1f} MiB; static_grap
 for r in d["rows"]:
     print(f"loader {r['label']:22}: {[round(dl.world_size * v) for v in r['items_per_s']]} items/s per epoch")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
+#
+# * Mixed precision: `torch.autocast(device_type=...)`, and a `GradScaler` only for fp16; its speed-up needs hardware with fast low-precision math.
+# * Accumulating k micro-batches equals one k-times-larger batch when each loss is divided by k; `no_sync()` cuts the all-reduces from k to 1 per step.
+# * A communication hook changes what DDP sends (fp16: half the bytes) — and what is lost in rounding.
+# * Buckets, `gradient_as_bucket_view` and `static_graph` trade memory and flexibility for overlap: measure before and after.
+# * `DistributedSampler` with loader workers still hands every sample out exactly once per epoch.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 8.1 (predict, then run).** Gradient accumulation of **k = 4** micro-batches per optimizer step under DDP, the first three inside `no_sync()`. How many all-reduces does DDP launch **per optimizer step**? Write a number into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number: DDP all-reduces per optimizer step, k = 4 with no_sync
+
+# %%
+import disttutor
+
+q1 = disttutor.launch("accumulation", nproc=2, args={"ks": [4], "micro": 8}, stream=False, timeout=280)
+rows = {r["no_sync"]: r for r in q1.results[0]["rows"]}
+measured = rows[True]["allreduces"][0]
+assert all(res["all_match_reference"] for res in q1.results)  # both ways give the one-large-batch step
+reveal("8.q1", my_prediction, measured, rel_tol=0,  # counted, exact
+       explain=f"With `no_sync()` DDP launched {measured} all-reduce per step, without it {rows[False]['allreduces'][0]}: "
+       "inside `no_sync()` the gradients only accumulate locally, and the last backward all-reduces their sum once. "
+       "Both runs ended equal to one process taking one step on the 4-times-larger batch.")
+
+# %% [markdown] tags=["question"]
+# **Question 8.2.** Why divide each micro-batch's loss by k when accumulating? What happens if you forget, with SGD and with AdamW?
+
+# %%
+answer("8.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 8.3.** The fp16 compression hook on a 25-million-parameter model: how many bytes per all-reduce instead of fp32's, and below what magnitude does a gradient become zero?
+
+# %%
+answer("8.q3")
 
 # %%
 disttutor.course.chapters.glossary(8)

@@ -17,8 +17,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(9)
+
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * find your error text in an index of twenty failure modes, each reproduced live, and apply its fix;
+# * say where a stuck job is stuck — which rank, which line, which collective — from its stacks;
+# * profile every rank, read compute against communication, find a straggler (Exercise 9.1) and fix two silently wrong programs (9.2, 9.3).
 
 # %%
 import os
@@ -238,12 +245,19 @@ else:
 # program writes its choice into the run directory; your function only gets the traces). Write
 # `find_straggler(traces)`: `traces` is `{rank: list of Chrome-trace events}` (dicts with `name`,
 # `cat`, `ph`, `ts`, `dur` in microseconds), as `disttutor.troubleshoot.traces.load` returns. Return the slow rank.
-# Careful: the rank with the longest *backward* is not it. `disttutor.checks.hint("9.1")` helps.
+# Careful: the rank with the longest *backward* is not it. The `hint("9.1")` cell under the stub helps.
+
+# %%
+card("9.1")
 
 # %%
 def find_straggler(traces):
     """The rank whose own work is slowest (traces: {rank: [events]})."""
     raise NotImplementedError("Exercise 9.1: find the slow rank from the traces")
+
+
+# %%
+hint("9.1")
 
 
 # %%
@@ -261,7 +275,7 @@ check_straggler(find_straggler)
 # cell below holds the broken program: fix it in place, run the cell, then the check. The checker runs
 # your function on 2 gloo ranks, each collective bounded by a 10 s timeout (a version that hangs ends
 # with a message), and compares the weights (and, for 9.3, the log) with **one process that replays
-# every rank's batches** on the same model. `disttutor.checks.hint("9.2")` gives a nudge, then more.
+# every rank's batches** on the same model. Each exercise's `hint(...)` cell gives a nudge, then more.
 #
 # ### Exercise 9.2 — gradient accumulation under DDP
 #
@@ -269,6 +283,9 @@ check_straggler(find_straggler)
 # the step that one SGD step on the **mean** loss over all ranks' samples makes, with **one**
 # all-reduce per step (the checker counts DDP's all-reduces with a communication hook). See the entry
 # [accumulation without `no_sync`](#accumulation_without_no_sync).
+
+# %%
+card("9.2")
 
 # %%
 def accumulate_step(ddp_model, optimizer, micro_batches):
@@ -284,6 +301,10 @@ def accumulate_step(ddp_model, optimizer, micro_batches):
 
 
 # %%
+hint("9.2")
+
+
+# %%
 from disttutor.checks.fixbug import check_accumulation, check_epochs
 
 check_accumulation(accumulate_step)
@@ -296,6 +317,9 @@ check_accumulation(accumulate_step)
 # step. See the entries [`set_epoch`](#set_epoch) and [a rank-local loss](#rank_local_loss). Careful with
 # the log: a collective that only rank 0 calls (`if rank == 0: dist.all_reduce(...)`) waits for the
 # other ranks until the group's timeout ends it (the entry [a skipped collective](#skipped_collective)).
+
+# %%
+card("9.3")
 
 # %%
 def train_epochs(ddp_model, optimizer, dataset, epochs, batch_size):
@@ -319,6 +343,10 @@ def train_epochs(ddp_model, optimizer, dataset, epochs, batch_size):
 
 
 # %%
+hint("9.3")
+
+
+# %%
 check_epochs(train_epochs)
 
 # %% [markdown]
@@ -333,6 +361,50 @@ for m in troubleshoot.MODES:
     r = repros.get(m.key)
     print(f"{m.key:30} {'%5.1f s' % r.wall_s if r else '(ch. 5)':>8}  {(r.symptom if r else '')[:70]}")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
+#
+# * A hang is a rank missing from a collective: the others wait; the collective timeout and the stacks say where.
+# * The worst bugs raise nothing: accumulation without `no_sync`, a missing `set_epoch`, a rank-local loss log — check against one process.
+# * In a DDP profile the fast ranks show the longest backward: they wait for the slow one inside the all-reduce.
+# * Every reproduction here is bounded by a few seconds of collective timeout: bound yours the same way (`timeout=` in `init_process_group`).
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 9.1 (predict, then run).** On 3 ranks, rank 1 dies hard (`os._exit`) just before the all-reduce; the collective timeout is 30 s. What happens to ranks 0 and 2? Put a letter into `my_prediction`: **a** they wait the full 30 s, then time out; **b** the job ends within seconds, because the dead rank is noticed; **c** they finish with a wrong sum.
+
+# %% tags=["predict"]
+my_prediction = None  # a letter: "a", "b" or "c"
+
+# %%
+import disttutor
+
+q1 = disttutor.launch("hello", nproc=3, args={"crash_rank": 1}, collective_timeout=30, check=False, stream=False, timeout=120)
+wrong = any(r.status == "ok" and r.results.get("after") != [r.results.get("expected")] * 3 for r in q1.ranks)
+measured = "c" if wrong else ("a" if q1.wall_s >= 30 else "b")
+reveal("9.q1", my_prediction, measured, choices={"a": "they wait the full timeout", "b": "the job ends within seconds",
+                                               "c": "a wrong sum"},
+       explain=f"The job ended after {q1.wall_s:.1f} s; statuses: " + ", ".join(f"rank {r.rank} {r.status}" for r in q1.ranks)
+       + ". " + {"b": "When a process dies, torchrun's agent sees it exit and stops the whole job (and gloo's peers see "
+                     "their connection close): a *living* rank that skips a collective is the case that waits for the timeout.",
+                "a": "Here the living ranks waited for the whole collective timeout: nothing noticed the dead peer sooner.",
+                "c": "A rank finished with a sum that lacks the dead rank's part: check every result, not only the exit."}[measured])
+
+# %% [markdown] tags=["question"]
+# **Question 9.2.** In a DDP profile where rank 1 is slow, which rank shows the longest backward, and why? How do you find the straggler instead?
+
+# %%
+answer("9.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 9.3.** One rank's data loader has one batch fewer than the others'. What happens at the end of the epoch under DDP, and what are two fixes?
+
+# %%
+answer("9.q3")
 
 # %%
 disttutor.course.chapters.glossary(9)

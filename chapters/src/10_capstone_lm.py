@@ -16,8 +16,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(10)
+
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * find and fix the bugs of the article's language model, each one shown happening;
+# * train a Transformer language model under DDP on real text and read where its step time goes;
+# * kill a rank mid-training, let torchrun restart the job from a checkpoint, and check the result is bitwise equal to an uninterrupted run (Exercise 10.1).
 
 # %%
 import json
@@ -348,16 +355,17 @@ except disttutor.LaunchError as e:
 # per-rank `rng_rank{r}.pt` files (`torch.load(..., weights_only=True)`); `checkpoint.load` is the
 # answer key and is refused. The checker kills rank 1 at a random step, lets torchrun restart the
 # job with your `resume`, and compares the result with an uninterrupted run.
-#
-# <details><summary>Hint 1</summary>Everything the next step depends on: weights, AdamW's moments and
-# step counts, the scheduler's position, this rank's RNG state, and the step number.</details>
-# <details><summary>Hint 2</summary>get_state_dict(model, optimizer) gives tensors for dcp.load to fill;
-# set_state_dict puts them back (param_groups come from meta.json, betas as a tuple); restore the RNG
-# last; return meta["step"].</details>
+
+# %%
+card("10.1")
 
 # %%
 def resume(ckpt_dir, model, optimizer, scheduler):
     raise NotImplementedError("Exercise 10.1: restore model, optimiser, scheduler and RNG; return the step")
+
+
+# %%
+hint("10.1")
 
 
 # %%
@@ -375,6 +383,57 @@ print("time split (profiled steps): " + "; ".join(f"rank {k}: " + ", ".join(
 print(f"fault injection: killed at step 9, restarted, resumed from step {fr['resumed_from']}, "
       f"max parameter difference {max_diff}")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
+#
+# * The article's model is not a language model until it has a causal mask, shifted targets and a loss over the right axis — each bug has a test.
+# * A checkpoint must hold everything the next step reads: weights, optimizer state, scheduler, every rank's RNG state, the step.
+# * Written to a temporary name and committed by a rename, a checkpoint survives a crash during the save.
+# * With `max_restarts`, torchrun restarts all ranks after a failure; resumed from a complete checkpoint the run ends bitwise equal to an uninterrupted one.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 10.1 (predict, then run).** The corrected `TinyLM` over this text's characters, **untrained**: what cross-entropy loss (in nats) does it have on a batch of the text, before its first step? Write a number into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number: the untrained model's loss, in nats
+
+# %%
+import math
+
+import torch
+import torch.nn.functional as F
+
+from disttutor.lm import corpus
+from disttutor.lm import model as lm
+
+q1_tok = corpus.CharTokenizer.from_text(corpus.text())
+ids = q1_tok.encode(corpus.text()[:4096])
+x = ids[: 64 * 32].reshape(32, 64)
+torch.manual_seed(0)
+with torch.no_grad():
+    logits = lm.TinyLM(q1_tok.vocab_size).eval()(x)
+measured = F.cross_entropy(logits[:, :-1].reshape(-1, q1_tok.vocab_size), x[:, 1:].reshape(-1)).item()
+reveal("10.q1", my_prediction, measured, rel_tol=0.1,  # 10 %: an untrained model's logits are small, not zero
+       explain=f"Measured {measured:.2f} nats; ln(vocabulary) = ln {q1_tok.vocab_size} = {math.log(q1_tok.vocab_size):.2f}. "
+       "An untrained model spreads its probability about evenly over the vocabulary, so its loss starts near ln V: "
+       "a first loss far from it means a bug (wrong targets, wrong axis) before any training.")
+
+# %% [markdown] tags=["question"]
+# **Question 10.2.** What must a checkpoint hold so that a resumed run ends bitwise equal to an uninterrupted one? What happens if one piece is missing?
+
+# %%
+answer("10.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 10.3.** A job checkpoints every 50 steps of 2 s and a rank dies at step 437. How many steps are recomputed? If a checkpoint costs 20 s and failures come every 8 hours, what interval does the Young/Daly rule suggest?
+
+# %%
+answer("10.q3")
 
 # %%
 disttutor.course.chapters.glossary(10)

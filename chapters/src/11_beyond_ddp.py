@@ -16,8 +16,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(11)
+
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * shard optimizer states, gradients and parameters (ZeRO-1, FSDP) — from scratch (Exercises 11.1, 11.2) and with FSDP2's `fully_shard`;
+# * measure the memory each rank really holds and compare it with chapter 1's calculator;
+# * split layers with tensor parallelism (`parallelize_module`, DTensor placements) and combine it with FSDP on a 2D mesh.
 
 # %%
 import os
@@ -137,7 +144,10 @@ print(f"checkpoint files (4 ranks): {by_world[4][0]['checkpoint']['files']}; rel
 # and **broadcasts** every parameter from its owner. Gradients arrive already averaged (DDP's job).
 # The checker trains `tiny_lm` with AdamW (weight decay on), compares with one process after each
 # step, and adds up the optimiser state over the ranks: it must be stored exactly once.
-# The cell under the stub gives a hint, one step further each time you run it.
+# The `hint("11.1")` cell under the stub gives a nudge.
+
+# %%
+card("11.1")
 
 # %%
 class ZeroOne(torch.optim.Optimizer):
@@ -149,7 +159,8 @@ class ZeroOne(torch.optim.Optimizer):
 
 
 # %%
-print(hint("11.1"))  # each call goes one step further: a nudge, the calls, then where the solution is
+hint("11.1")
+
 
 # %%
 print(check_zero1(ZeroOne))
@@ -483,6 +494,9 @@ assert flat["frozen_weight_moved"] > 0 and per["frozen_weight_moved"] == 0.0
 # then AdamW in fp32 and bf16, against one process; it also adds up what every rank stores.
 
 # %%
+card("11.2")
+
+# %%
 import torch.distributed as dist
 
 
@@ -544,7 +558,8 @@ class FSDP(torch.nn.Module):
 
 
 # %%
-print(hint("11.2"))  # each call goes one step further: a nudge, the calls, then where the solution is
+hint("11.2")
+
 
 # %%
 print(check_fsdp(FSDP))
@@ -695,6 +710,51 @@ print(f"TP (mlp, attention) and 2D mesh vs one process: max difference "
       f"{max(max(r[b]['out_diff'], r[b]['grad_diff']) for r in tp.results for b in ('mlp', 'attention')):.1e}, "
       f"{max(m['param_diff'] for m in m2):.1e}")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
+
+# %% [markdown] tags=["takeaways"]
+# ## Key takeaways
+#
+# * ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3/FSDP the parameters too: each rank's model states shrink towards 16/n bytes per parameter.
+# * FSDP all-gathers parameters before use and reduce-scatters gradients after: about 1.5 × DDP's bytes, in exchange for memory.
+# * Tensor parallelism splits each layer's matrices; DTensor placements (`Shard`, `Replicate`, `Partial`) say who holds what.
+# * A 2D mesh combines them: TP inside a node, FSDP across nodes — every result here compared with one process.
+# * Federated averaging with one local step is data parallelism; with more it communicates less but optimises something else.
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 11.1 (predict, then run).** On **2 ranks**, what fraction of DDP's per-rank model-state bytes (parameters + gradients + optimizer states) does FSDP2 keep on its fullest rank? Write a number between 0 and 1 into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number in [0, 1]: FSDP2 bytes / DDP bytes per rank, 2 ranks
+
+# %%
+import disttutor
+from disttutor.viz import sharding as q1_viz
+
+q1 = disttutor.launch("sharding", nproc=2, args={"steps": 1, "checkpoint": False}, stream=False, timeout=280)
+q1_rows = {r["strategy"]: r for r in q1_viz.memory_rows({2: q1.results})}
+total = {s: q1_rows[s]["params"] + q1_rows[s]["grads"] + q1_rows[s]["optimizer"] for s in ("ddp", "fsdp2")}
+measured = total["fsdp2"] / total["ddp"]
+reveal("11.q1", my_prediction, measured, rel_tol=0.1,  # 10 %: padding and uneven shards of a small model
+       explain=f"DDP's rank holds {total['ddp']} bytes of model states, FSDP2's fullest rank {total['fsdp2']}: "
+       f"{measured:.3f}. Sharding over 2 ranks halves parameters, gradients and AdamW's moments alike"
+       + ("; shards padded to equal sizes keep a small model a little above 1/2." if measured > 0.5 + 1e-3 else
+          " — here exactly, since every parameter's first dimension divides by 2 and no shard needs padding."))
+
+# %% [markdown] tags=["question"]
+# **Question 11.2.** A 1-billion-parameter model with AdamW in fp32 on 8 ranks: how many bytes of model states does each rank hold under DDP, ZeRO-1, ZeRO-2 and FSDP?
+
+# %%
+answer("11.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 11.3.** FSDP all-gathers parameters in forward and reduce-scatters gradients in backward. Why is its traffic about 1.5 × DDP's, and how can you get it back to DDP's?
+
+# %%
+answer("11.q3")
 
 # %%
 disttutor.course.chapters.glossary(11)

@@ -6,14 +6,6 @@
 # often a checkpoint is worth it — and answers with a **cost model** fitted on *your* machine, checked
 # first against runs of earlier chapters and then against published runs.
 #
-# **After this chapter you can**
-# * fit latency, bandwidth and compute rate from a few timed collectives and matmuls, and predict a
-#   DDP, FSDP or pipeline step from them before running it;
-# * swap in published hardware constants and predict tokens/s/GPU and MFU of a real cluster run —
-#   and say which terms the model misses when the prediction is off;
-# * plan a layout (DP/FSDP/TP/PP/CP) for a model on N GPUs, and choose a checkpoint interval from the
-#   failure rate and the checkpoint's cost.
-#
 # The code is the package `disttutor.scale`; its **entry point** is
 # `disttutor.scale.predict(shape, layout, hardware, seq, global_batch)`, which returns the predicted
 # step time (split into compute / exposed communication / bubble), tokens/s/GPU, MFU and memory per GPU.
@@ -24,8 +16,15 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(13)
+
+# %% [markdown] tags=["opening"]
+# **After this chapter you can**
+# * fit latency, bandwidth and compute rate from a few timed collectives and matmuls, and predict a DDP, FSDP or pipeline step from them before running it;
+# * swap in published hardware constants and predict tokens/s/GPU and MFU of a real cluster run — and say which terms the model misses when the prediction is off;
+# * plan a layout (DP/FSDP/TP/PP/CP) for a model on N GPUs, and choose a checkpoint interval from the failure rate and the checkpoint's cost.
 
 # %%
 import math
@@ -403,7 +402,7 @@ for name, value in MY.items():
 # %%
 # problems.answer("bubble")      # <- uncomment to read a worked answer
 
-# %% [markdown]
+# %% [markdown] tags=["takeaways"]
 # ## Key takeaways
 #
 # * Three constants per machine — α per call, bandwidth per byte (per collective), γ per FLOP — predict a
@@ -415,6 +414,43 @@ for name, value in MY.items():
 # * FSDP hides its traffic when each replica processes more than C/W tokens per step; TP stays
 #   compute-bound up to about F·W/C-way, which is why it lives inside an NVLink node.
 # * At 16,384 GPUs a failure every few hours makes checkpoint cost a throughput term: τ = √(2CM).
+
+# %% [markdown] tags=["question"]
+# ## Check your understanding
+#
+# Three questions: write your answer before you open the one under it. In the first, the run decides.
+#
+# **Question 13.1 (predict, then run).** On this machine, an all-reduce of **4 MiB** against one of **1 MiB**: how many times longer does it take? Write a number into `my_prediction`, then run the next cell.
+
+# %% tags=["predict"]
+my_prediction = None  # a number: time(4 MiB all-reduce) / time(1 MiB all-reduce)
+
+# %%
+import os
+
+import disttutor
+
+q1_n = 2  # the smallest ring; its time is what the model t = α + S/B describes
+q1 = disttutor.launch("scale_bench", nproc=q1_n, stream=False, timeout=200,
+                      args={"ops": ["all_reduce"], "sizes": (1 << 20, 4 << 20), "iters": 5, "matmul": (128,), "checkpoint_mb": 0.0})
+t = {r["bytes"]: r["time_s"] for r in q1.results[0]["rows"] if r["op"] == "all_reduce"}
+measured = t[4 << 20] / t[1 << 20]
+reveal("13.q1", my_prediction, measured, rel_tol=0.3,  # 30 %: a timed run on shared cores is noisy
+       explain=f"1 MiB took {t[1 << 20] * 1e3:.2f} ms and 4 MiB {t[4 << 20] * 1e3:.2f} ms on {q1_n} ranks (load "
+       f"{os.getloadavg()[0]:.1f} on {disttutor.cores()} cores): x{measured:.2f}. With t = α + S/B, a ratio near 4 means "
+       "the bytes dominate (bandwidth-bound), near 1 the fixed cost α does.")
+
+# %% [markdown] tags=["question"]
+# **Question 13.2.** α = 20 µs and a bus bandwidth of 100 GB/s, 8 ranks: at what message size does an all-reduce spend as long on latency as on moving bytes? What does that say about DDP's 25 MB buckets?
+
+# %%
+answer("13.q2")
+
+# %% [markdown] tags=["question"]
+# **Question 13.3.** A checkpoint costs C = 60 s and the job fails every M = 3 hours on average. Which checkpoint interval does Young/Daly give, and what fraction of the time is lost to saving and rework?
+
+# %%
+answer("13.q3")
 
 # %%
 disttutor.course.chapters.glossary(13)

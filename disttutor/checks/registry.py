@@ -9,8 +9,13 @@ the hints one at a time, a nudge first, the solution file last (each call one st
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DIFFICULTIES = ("warm-up", "core", "stretch")
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,12 @@ class Exercise:
             raise ValueError(f"exercise {self.id!r}: id must start with its chapter and checker be 'module:function'")
         if len(self.hints) < 2:
             raise ValueError(f"exercise {self.id}: give at least two progressive hints")
+        # Both are shown above the stub (disttutor.course.shape.card) and planned with in TEACHING.md.
+        if self.difficulty not in DIFFICULTIES:
+            raise ValueError(f"exercise {self.id}: difficulty must be one of {', '.join(DIFFICULTIES)}, "
+                             f"got {self.difficulty!r}")
+        if isinstance(self.minutes, bool) or not isinstance(self.minutes, int) or self.minutes <= 0:
+            raise ValueError(f"exercise {self.id}: minutes must be a positive whole number, got {self.minutes!r}")
 
     def check_function(self) -> Callable[..., Any]:
         module, func = self.checker.split(":")
@@ -45,72 +56,87 @@ EXERCISES: tuple[Exercise, ...] = (
                  "Plain DP keeps a full copy of everything on every device. ZeRO splits things over the "
                  "`world` data-parallel devices, one more kind of state per stage.",
                  "Stage 1 divides the optimizer states by `world`; stage 2 the gradients too; stage 3 the "
-                 "weights too. Each part is `n_params * bytes_per_param[part]`, divided or not.")),
+                 "weights too. Each part is `n_params * bytes_per_param[part]`, divided or not."),
+             difficulty="warm-up", minutes=15),
     Exercise("2.1", 2, "ring all-reduce from send/recv", "ring_all_reduce",
              "disttutor.checks.allreduce:check_ring_allreduce", "solutions/ex2_1_ring_allreduce.py", (
                  "Cut the flat tensor into n chunks with tensor_split; a reduce-scatter (n-1 steps) then "
                  "an all-gather (n-1 steps). In each step send to rank+1 and receive from rank-1.",
                  "Post the send and the receive together (dist.isend + dist.irecv, then wait both): two "
                  "blocking sends facing each other wait forever. In reduce-scatter step k rank r sends "
-                 "chunk (r-k) % n and adds what it receives into chunk (r-k-1) % n.")),
+                 "chunk (r-k) % n and adds what it receives into chunk (r-k-1) % n."),
+             difficulty="core", minutes=40),
     Exercise("3.1", 3, "bytes through rank 0 versus the ring", "predict_sent",
              "disttutor.checks.traffic:check_predict_sent", "solutions/ex3_1_predict_sent.py", (
                  "DataParallel's device 0 sends every other device a copy of the parameters and its share "
                  "of the inputs and of the output gradients; the ring sends only gradient chunks.",
                  "dp-copy: (n-1) * (params + x_shard + y_shard) bytes, with x_shard = batch/n * d_in * elem. "
                  "ddp-ring: 2(n-1) chunks of tensor_split(n_params, n) -- sum the real chunk sizes rank 0 "
-                 "sends, not the textbook 2(n-1)/n fraction.")),
+                 "sends, not the textbook 2(n-1)/n fraction."),
+             difficulty="core", minutes=25),
     Exercise("4.1", 4, "naive DDP: all-reduce every gradient", "sync_gradients",
              "disttutor.checks.ddp:check_naive_ddp", "solutions/ex4_1_naive_ddp.py", (
                  "After backward every rank holds the gradient of its own shard: make it the average over ranks.",
                  "dist.all_reduce(p.grad) sums; divide by dist.get_world_size(). Skip parameters whose "
-                 "p.grad is None (frozen, or unused in this step).")),
+                 "p.grad is None (frozen, or unused in this step)."),
+             difficulty="warm-up", minutes=15),
     Exercise("4.2", 4, "bucketed, overlapped DDP", "OverlappedDDP",
              "disttutor.checks.ddp:check_bucketed_ddp", "solutions/ex4_2_bucketed_ddp.py", (
                  "Only parameters that require grad get hooks and buckets; a bucket is launched when all its "
                  "gradients have arrived, in bucket order on every rank.",
                  "register_post_accumulate_grad_hook fires once per tensor per backward (also for a tied "
                  "weight used twice). Launch torch.cat of the bucket's grads with async_op=True; in finish() "
-                 "wait, divide, copy back; a bucket whose parameters got no gradient must still be launched.")),
+                 "wait, divide, copy back; a bucket whose parameters got no gradient must still be launched."),
+             difficulty="stretch", minutes=60),
     Exercise("5.1", 5, "torchrun command for a 2-node job", "node_command",
              "disttutor.checks.cluster:check_node_command", "solutions/ex5_1_node_command.py", (
                  "Every node runs the same torchrun command with c10d rendezvous: the nodes meet at the "
                  "head's host:port and agree on their ranks themselves.",
                  "--nnodes, --nproc-per-node, --rdzv-backend=c10d, --rdzv-endpoint=HEAD:PORT, one --rdzv-id "
-                 "shared by all nodes, then -m disttutor.programs.whoami.")),
+                 "shared by all nodes, then -m disttutor.programs.whoami."),
+             difficulty="warm-up", minutes=15),
     Exercise("6.1", 6, "one pipeline stage over send/recv", "stage_forward_backward",
              "disttutor.checks.model_parallel:check_stage", "solutions/ex6_1_stage_forward_backward.py", (
                  "Forward: receive the activation from rank-1 (not on rank 0), run the stage, send to rank+1 "
                  "(not on the last rank). Backward runs the other way with gradients.",
                  "Make the received activation a leaf with requires_grad_(True) so backward leaves its "
                  "gradient in .grad, which you send back to rank-1; middle stages call out.backward(grad) "
-                 "with the gradient received from rank+1; the last stage computes mse_loss(out, y).")),
+                 "with the gradient received from rank+1; the last stage computes mse_loss(out, y)."),
+             difficulty="core", minutes=35),
     Exercise("7.1", 7, "the 1F1B order of one rank", "one_f_one_b",
              "disttutor.checks.pipeline:check_one_f_one_b", "solutions/ex7_1_one_f_one_b.py", (
                  "Rank r first fills the pipe with forwards, then alternates one backward, one forward, then "
                  "drains the remaining backwards.",
                  "Warm-up: min(m, p - r) forwards. Then repeat: B of the oldest micro-batch, then F of the "
-                 "next one if any are left.")),
+                 "next one if any are left."),
+             difficulty="core", minutes=25),
     Exercise("7.2", 7, "the bubble of a measured pipeline run", "bubble_fraction",
              "disttutor.checks.pipeline:check_bubble_fraction", "solutions/ex7_2_bubble_fraction.py", (
                  "The window runs from the earliest start to the latest end over ALL ranks (clock times, "
                  "not from 0); the bubble is the part of p x window in which no slot runs.",
                  "busy = sum of (end - start) over every event of every rank; "
-                 "bubble = 1 - busy / (p * (t_last - t_first)).")),
+                 "bubble = 1 - busy / (p * (t_last - t_first))."),
+             difficulty="warm-up", minutes=15),
     Exercise("8.1", 8, "no_sync() for the from-scratch bucketed DDP", "NoSyncDDP",
              "disttutor.checks.perf:check_no_sync", "solutions/ex8_1_no_sync.py",
-             ("a flag set by no_sync() and restored when it exits (contextlib.contextmanager, try/finally)",
-              "override _grad_ready: while the flag says 'no sync', return without super()._grad_ready(p)")),
+             ("A flag set by no_sync() and restored when it exits (contextlib.contextmanager, try/finally).",
+              "Override _grad_ready: while the flag says 'no sync', return without calling super()._grad_ready(p). "
+              "Post-accumulate hooks fire after .grad has been summed, so the last backward sees the whole sum."),
+             difficulty="core", minutes=20),
     Exercise("8.2", 8, "a gradient-compression communication hook", "fp16_compress_hook",
              "disttutor.checks.perf:check_compress_hook", "solutions/ex8_2_compress_hook.py",
-             ("divide by the world size, convert to fp16, dist.all_reduce(t, async_op=True).get_future()",
-              "fut.then(fn): copy fut.value()[0] back into bucket.buffer() and return the buffer")),
+             ("Divide by the world size BEFORE converting to fp16 (the sum of n fp16 gradients can overflow), "
+              "then dist.all_reduce(t, async_op=True).get_future().",
+              "fut.then(fn) runs fn(fut) when the all-reduce is done: copy fut.value()[0] back into "
+              "bucket.buffer() and return the buffer."),
+             difficulty="core", minutes=25),
     Exercise("9.1", 9, "find the straggler from the profiler's traces", "find_straggler",
              "disttutor.checks.profiling:check_straggler", "solutions/ex9_1_find_straggler.py",
              ("Every rank waits for the slowest one inside DDP's all-reduce: the rank with the LONGEST backward "
               "is a rank that waited, not the straggler.",
               "Sum the durations of the 'forward' user_annotation events of each rank; the largest is the "
-              "straggler (its own work took longest before any communication).")),
+              "straggler (its own work took longest before any communication)."),
+             difficulty="warm-up", minutes=15),
     Exercise("9.2", 9, "fix the bug: gradient accumulation under DDP", "accumulate_step",
              "disttutor.checks.fixbug:check_accumulation", "solutions/ex9_2_accumulate_step.py", (
                  "Two bugs, both silent. The step should equal ONE step on the mean loss of all samples: what "
@@ -118,7 +144,8 @@ EXERCISES: tuple[Exercise, ...] = (
                  "Divide each micro-batch's loss by len(micro_batches). Run all but the last micro-batch inside "
                  "`with ddp_model.no_sync():` (contextlib.nullcontext() for the last one): gradients accumulate "
                  "locally, and the last backward all-reduces their sum once."),
-             broken="disttutor/checks/broken/ex9_2_accumulate_step.py"),
+             broken="disttutor/checks/broken/ex9_2_accumulate_step.py",
+             difficulty="core", minutes=20),
     Exercise("9.3", 9, "fix the bug: set_epoch and a global loss log", "train_epochs",
              "disttutor.checks.fixbug:check_epochs", "solutions/ex9_3_train_epochs.py", (
                  "Two bugs, both silent: does epoch 1 see the samples in a new order? And whose loss does "
@@ -126,7 +153,8 @@ EXERCISES: tuple[Exercise, ...] = (
                  "sampler.set_epoch(epoch) at the start of each epoch; log a detached copy of the loss after "
                  "dist.all_reduce (SUM) divided by dist.get_world_size() -- called on EVERY rank, since a "
                  "collective only rank 0 calls waits forever."),
-             broken="disttutor/checks/broken/ex9_3_train_epochs.py"),
+             broken="disttutor/checks/broken/ex9_3_train_epochs.py",
+             difficulty="core", minutes=20),
     Exercise("10.1", 10, "resume a training job from its checkpoint", "resume",
              "disttutor.checks.resume:check_resume", "solutions/ex10_1_resume.py",
              ("Everything the next step depends on must come back: weights, AdamW's moments and step counts, "
@@ -134,14 +162,15 @@ EXERCISES: tuple[Exercise, ...] = (
               "checkpoint.latest(dir) -> path or None; checkpoint.read_meta(path) is JSON; get_state_dict(model, "
               "optimizer) gives tensors for dcp.load(..., storage_reader=checkpoint.SafeReader(path)) to fill; then "
               "set_state_dict, scheduler.load_state_dict, and LAST torch.set_rng_state(torch.load(rng file, "
-              "weights_only=True)['cpu']); return meta['step'].")),
+              "weights_only=True)['cpu']); return meta['step']."),
+             difficulty="stretch", minutes=45),
     Exercise("11.1", 11, "ZeRO-1: shard the optimiser state", "ZeroOne",
              "disttutor.checks.sharding:check_zero1", "solutions/ex11_1_zero1.py", (
                  "Give every trainable parameter one owner rank (the same rule on every rank); build the real "
                  "optimiser (`self.optim`) on this rank's parameters only, so only they get Adam state.",
                  "step(): self.optim.step(), then for EVERY trainable parameter, in the same order on every "
                  "rank, dist.broadcast(p, src=owner). Skip frozen parameters; list a tied one once."),
-             difficulty="core", minutes=20),
+             difficulty="core", minutes=40),
     Exercise("11.2", 11, "FSDP: sharded parameters, all-gather, reduce-scatter", "FSDP",
              "disttutor.checks.sharding:check_fsdp", "solutions/ex11_2_fsdp.py", (
                  "The skeleton already flattens, pads and shards, and its _Unit calls your three methods at the "
@@ -197,4 +226,6 @@ def hint(exercise_id: str, level: int | None = None) -> str:
     _SHOWN[e.id] = max(_SHOWN.get(e.id, 0), level)
     if level <= len(e.hints):
         return f"Exercise {e.id}, hint {level}/{len(e.hints)}: {e.hints[level - 1]}"
+    if not os.path.exists(os.path.join(ROOT, e.solution)):  # a classroom copy (disttutor export) has no solutions/
+        return f"Exercise {e.id}: no more hints -- this copy of the course has no solutions: ask your teacher."
     return f"Exercise {e.id}: no more hints -- the solution is {e.solution} (in the course's root)."

@@ -1,4 +1,4 @@
-"""The ``disttutor`` command: ``disttutor doctor`` and ``disttutor run PROGRAM -n N [-- args]``."""
+"""The ``disttutor`` command: ``disttutor doctor``, ``disttutor run PROGRAM -n N [-- args]``, ``grade``, ``export``."""
 from __future__ import annotations
 
 import argparse
@@ -43,6 +43,8 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                         "at least 8)%(default).0s")
     sub.add_parser("grade", help="run the exercise checkers on learners' notebooks (see disttutor grade -h)",
                    add_help=False)
+    sub.add_parser("export", help="write a classroom copy of the course without solutions/ (see disttutor export -h)",
+                   add_help=False)
     return p, r
 
 
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["grade"]:  # the grader has its own options (disttutor/course/grade.py)
         from disttutor.course.grade import main as grade_main
         return grade_main(argv[1:])
+    if argv[:1] == ["export"]:  # standard library only: no torch needed to hand out the course
+        from disttutor.course.export import main as export_main
+        return export_main(argv[1:])
     # Everything after "--" belongs to the program, so its options never clash with ours.
     cut = argv.index("--") if "--" in argv else len(argv)
     a, extra = p.parse_known_args(argv[:cut])

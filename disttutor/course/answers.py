@@ -1,0 +1,292 @@
+"""The worked answers of the chapters' check-your-understanding questions (``answer("N.qK")``).
+
+One function per question, returning Markdown; where an answer is a number it is computed here
+from the formula the chapter taught, so the text and the arithmetic cannot disagree. The
+predict-then-run questions (``N.q1``) have no entry: their answer is the run (``reveal``).
+Kernel side; imports no torch.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+ANSWERS: dict[str, Callable[[], str]] = {}
+GiB = 2 ** 30
+
+
+def _answer(qid: str):
+    def put(f):
+        ANSWERS[qid] = f
+        return f
+    return put
+
+
+@_answer("0.q2")
+def _():
+    return ("Ranks 0, 2 and 3 are inside `dist.all_reduce`, waiting for rank 1's contribution: after the "
+            "3 s collective timeout each of them raises (status `error`, \"waited more than 3s\"). Rank 1 is "
+            "in no collective, so nothing times out on it; when the others have failed, torchrun stops it "
+            "(status `stopped`). A collective only completes when *every* rank of its group has called it; the "
+            "collective timeout turns the hang into an error, and the job's `timeout` bounds everything else.")
+
+
+@_answer("0.q3")
+def _():
+    return ("`mp.spawn` pickles the function it starts, and a function is pickled *by name*: the child must "
+            "import it from its module. A notebook's functions live in the kernel's `__main__`, which a child "
+            "cannot import (\"Can't get attribute ... on <module '__main__'>\"). Forking the kernel instead "
+            "copies a process that has run torch ops, with OpenMP and allocator locks possibly held: the child "
+            "can deadlock. So every job is a module on disk, started fresh by torchrun.")
+
+
+@_answer("1.q2")
+def _():
+    n, w = 7e9, 8
+    parts = {"plain DP": 4 + 4 + 8, "ZeRO-1 (optimizer states /8)": 4 + 4 + 8 / w,
+             "ZeRO-2 (+ gradients /8)": 4 + (4 + 8) / w, "ZeRO-3 / FSDP (+ weights /8)": (4 + 4 + 8) / w}
+    rows = "\n".join(f"| {k} | {b:g} | {n * b / 1e9:.1f} GB | {'yes' if n * b < 80e9 else 'no'} |"
+                     for k, b in parts.items())
+    return ("Bytes per parameter: 4 (fp32 weight) + 4 (gradient) + 8 (Adam's two moments); ZeRO divides the "
+            "states it shards by the 8 data-parallel ranks.\n\n| scheme | bytes/param | per GPU (7e9 params) | "
+            "fits 80 GB? |\n|---|---|---|---|\n" + rows + "\n\nThese are model states only: activations come on "
+            "top, and sharding does not shrink them (activation checkpointing or smaller micro-batches do).")
+
+
+@_answer("1.q3")
+def _():
+    return ("Because every sample still passes through **every** rank, and no rank holds a copy of the model. "
+            "Pipeline parallelism is layer-wise model parallelism (each rank owns some layers) whose mini-batch "
+            "is cut into micro-batches only so that the stages work at the same time. Data parallelism is the "
+            "opposite split: each sample visits one rank, every rank holds the whole model. Section 3's table "
+            "measured both: data mode, each layer on all ranks and each sample on one; pipeline mode, each layer "
+            "on one rank and each sample on all. Large jobs *combine* the two (a DP × PP mesh, chapter 7).")
+
+
+@_answer("2.q2")
+def _():
+    bw = 25e9
+    lines = []
+    for n in (8, 64):
+        sent = 2 * (n - 1) / n * GiB
+        lines.append(f"* {n} ranks: 2({n}−1)/{n} · 1 GiB = **{sent / GiB:.3f} GiB** per rank, "
+                     f"{sent / bw:.3f} s at 25 GB/s (α ignored)")
+    return ("A ring all-reduce is a reduce-scatter (n−1 steps) then an all-gather (n−1 steps), each step "
+            "sending one chunk of N/n bytes: 2(n−1)/n · N per rank.\n\n" + "\n".join(lines) +
+            "\n\nThe bytes per rank hardly grow with n (they approach 2N): that is why the ring scales. What "
+            "grows is the number of steps, 2(n−1), each paying the latency α — which is why small messages are "
+            "latency-bound and why tree and hierarchical algorithms exist.")
+
+
+@_answer("2.q3")
+def _():
+    return ("Both ranks block in `send`, each waiting for the other to post the matching `recv`: a deadlock "
+            "until the collective timeout ends it (section 4 reproduced it). Small messages may slip through a "
+            "backend's buffers, so the bug can hide in tests and appear with larger tensors. Fixes: post both "
+            "sides without blocking (`dist.isend` and `dist.irecv`, then `wait()` on both, or "
+            "`dist.batch_isend_irecv`), or order the calls by rank (even ranks send first, odd ranks receive "
+            "first).")
+
+
+@_answer("3.q2")
+def _():
+    return ("Everything passes through it: `forward` scatters the batch from device 0, copies the parameters "
+            "from it to every other device (a new replica every step), gathers all outputs back to it; the loss, "
+            "the reduction of every replica's gradients into the original module, and the optimizer step all run "
+            "there. Its traffic grows with (n−1) × the model, while a ring all-reduce sends about 2 × the model "
+            "per rank whatever n — and DataParallel is one process, so its threads also share one Python "
+            "interpreter (the GIL).")
+
+
+@_answer("3.q3")
+def _():
+    n, s = 8, 100e6 * 4
+    dp, ring = (n - 1) * s, 2 * (n - 1) / n * s
+    return (f"DataParallel: device 0 copies the parameters to the 7 others: 7 × 400 MB = **{dp / 1e9:.1f} GB** "
+            f"per step (plus inputs and outputs). Ring all-reduce of the gradients: 2·7/8 × 400 MB = "
+            f"**{ring / 1e9:.2f} GB** sent per rank, spread evenly. Ratio {dp / ring:.0f} = n/2: it grows with "
+            "the number of devices.")
+
+
+@_answer("4.q2")
+def _():
+    return ("DDP averages gradients, so replicas stay equal only if they *start* equal: equal weights + equal "
+            "averaged gradients + the same optimizer give the same step on every rank. Ranks seeded differently "
+            "(or not at all) build different weights; without the broadcast each would apply the same average "
+            "gradient to different weights and the replicas would never agree — silently, since nothing "
+            "compares them. So the DDP constructor broadcasts rank 0's parameters and buffers (and, by default, "
+            "the buffers again at every forward: `broadcast_buffers=True`). Section 3 asserted the weights equal "
+            "right after the wrap.")
+
+
+@_answer("4.q3")
+def _():
+    return ("Backward produces gradients from the last layer to the first. Buckets filled in reverse parameter "
+            "order are completed in that order too: the bucket of the last layers is full while backward is "
+            "still computing the earlier ones, so its all-reduce starts then, and communication hides behind "
+            "computation. Only the last bucket's all-reduce (the first layers) is left after backward ends. A "
+            "bucket of the first layers filled first would wait for the whole backward.")
+
+
+@_answer("5.q2")
+def _():
+    return ("The node that arrived waits in the rendezvous until the join timeout (torchrun's c10d rendezvous "
+            "waits 600 s by default, `--rdzv-conf join_timeout=...`) and then fails; no training code runs "
+            "before every node has joined. Check, in this order: every node's command has the same `--nnodes`, "
+            "`--rdzv-id` and `--rdzv-endpoint`; the endpoint's host name resolves on every node to an address "
+            "they can reach (not 127.0.1.1 from /etc/hosts); the port is open between the nodes (firewall); "
+            "and, once the rendezvous forms, the backend uses the right interface (`GLOO_SOCKET_IFNAME`, "
+            "`NCCL_SOCKET_IFNAME`).")
+
+
+@_answer("5.q3")
+def _():
+    return ("`torch.distributed.launch --nproc-per-node 2` starts 2 processes, and each of them calls "
+            "`mp.spawn(nprocs=2)`: **4** training processes on a 2-GPU machine. Each computes its rank from "
+            "its own arguments, so two processes claim rank 0 and two rank 1 of a world the script says is of "
+            "size 2: the processes meet at the same address as duplicate ranks. Chapter 5 ran it and showed "
+            "what this torch says. The fix: one launcher. torchrun starts the processes and sets `RANK`, "
+            "`LOCAL_RANK`, `WORLD_SIZE`; the script only reads them.")
+
+
+@_answer("6.q2")
+def _():
+    return ("A tensor that arrives with `recv` has no autograd history: the graph that produced it lives in "
+            "another process. Made a leaf with `requires_grad_(True)`, it becomes the start of this stage's "
+            "graph, and `backward` leaves ∂loss/∂input in its `.grad` — exactly the tensor the previous stage "
+            "needs to continue its own backward, so this stage sends it back. Without it, `.grad` is None and "
+            "the previous stage's weights never get a gradient.")
+
+
+@_answer("6.q3")
+def _():
+    p, m = 4, 12
+    bubble = (p - 1) / (m + p - 1)
+    return (f"Plain model parallelism: one stage works at a time, so at best each device is busy **1/{p} = "
+            f"{1 / p:.0%}** of the time (less with the sends). A GPipe pipeline with m = {m}: bubble (p−1)/(m+p−1) = "
+            f"{p - 1}/{m + p - 1} = {bubble:.0%}, each device busy **{1 - bubble:.0%}** — chapter 7.")
+
+
+@_answer("7.q2")
+def _():
+    p = 8
+    m_gpipe = next(m for m in range(1, 10_000) if (p - 1) / (m + p - 1) < 0.1)
+    m_il = next(m for m in range(1, 10_000) if (p - 1) / (2 * m + p - 1) < 0.1)
+    return (f"GPipe/1F1B: (p−1)/(m+p−1) < 0.1 ⇔ m > 9(p−1) = {9 * (p - 1)}: **m = {m_gpipe}** "
+            f"(bubble {(p - 1) / (m_gpipe + p - 1):.3f}). Interleaved with v = 2: (p−1)/(v·m+p−1) < 0.1 ⇔ "
+            f"v·m > {9 * (p - 1)}: **m = {m_il}** (bubble {(p - 1) / (2 * m_il + p - 1):.3f}). Each micro-batch "
+            "is then small: the matrix multiplications shrink and the per-message latency is paid more often, "
+            "which is why the formula's bubble is a floor, not the whole story (section 4's measured run).")
+
+
+@_answer("7.q3")
+def _():
+    return ("Memory. GPipe runs all m forwards before any backward, so every rank holds the activations of all "
+            "m micro-batches. 1F1B starts backwards as soon as the pipe is full: rank r holds at most p − r "
+            "micro-batches' activations, whatever m. So m can grow — shrinking the bubble — without activation "
+            "memory growing with it.")
+
+
+@_answer("8.q2")
+def _():
+    return ("`backward` *adds* into `.grad`: k backwards of mean losses leave the sum of k mean gradients, k "
+            "times the gradient of the mean over all k·b samples. Dividing each loss by k makes the step the one "
+            "a k-times-larger batch would take. Without it plain SGD takes a k-times larger step (the learning "
+            "rate silently multiplied by k); Adam divides by the gradient's own size, so it barely changes — "
+            "the bug hides, until weight decay, gradient clipping thresholds or a switch of optimizer expose it.")
+
+
+@_answer("8.q3")
+def _():
+    n = 25e6
+    tiny, cut = 2.0 ** -24, 2.0 ** -25
+    return (f"fp32: {4 * n / 1e6:.0f} MB per all-reduce, fp16: **{2 * n / 1e6:.0f} MB** — half the bytes "
+            f"(the division by the world size happens before the cast, so the sum does not overflow). The "
+            f"smallest positive fp16 number is the subnormal 2⁻²⁴ = {tiny:.2e}; round-to-nearest sends anything "
+            f"below half of it, 2⁻²⁵ = **{cut:.2e}**, to zero. Gradients that small are lost, which is one "
+            "reason bf16 (fp32's exponent range, 7 stored mantissa bits) is preferred where the hardware has it.")
+
+
+@_answer("9.q2")
+def _():
+    return ("The **fast** ranks show the longest backward: DDP's all-reduce runs inside backward, and a fast "
+            "rank sits in it until the slow rank's gradients arrive, so its backward contains the waiting. The "
+            "slow rank arrives last and waits least. Find the straggler from work no collective is mixed into: "
+            "the rank with the longest forward (or compute without communication), or the one whose all-reduce "
+            "waits are shortest — Exercise 9.1.")
+
+
+@_answer("9.q3")
+def _():
+    return ("At the last step the other ranks enter backward's all-reduce; the short rank has already left the "
+            "loop and calls a different collective or none. They wait until the collective timeout (or, with "
+            "NCCL and no timeout set, much longer), then the job fails. Fixes: give every rank the same number of "
+            "batches (`DistributedSampler` pads, or `drop_last=True`), or wrap the loop in "
+            "`torch.distributed.algorithms.Join` with the DDP model, which shadows the missing all-reduces for "
+            "ranks that are done (chapter 4).")
+
+
+@_answer("10.q2")
+def _():
+    return ("Everything the next step reads: the weights; the optimizer state (AdamW's two moments and step "
+            "count per parameter); the scheduler's position (the learning rate of the next step); every rank's "
+            "RNG state (dropout masks, data shuffling); the step number, which fixes the next batch of the "
+            "data; and with fp16 the loss scaler. Written atomically (a temporary directory renamed when "
+            "complete), so a crash during the save leaves the previous checkpoint as the newest. Miss one piece "
+            "and the run continues without an error — but is no longer the run it would have been.")
+
+
+@_answer("10.q3")
+def _():
+    every, step_s, died, c, mtbf = 50, 2.0, 437, 20.0, 8 * 3600
+    last = died // every * every
+    tau = math.sqrt(2 * c * mtbf)
+    return (f"It resumes from the newest complete checkpoint, step {last}: **{died - last} steps** are "
+            f"recomputed, {(died - last) * step_s:.0f} s, plus the restart itself. On average a failure costs "
+            f"half an interval. Young/Daly: τ = √(2·C·M) = √(2 · {c:g} s · {mtbf} s) = **{tau:.0f} s**, "
+            f"about {tau / step_s:.0f} steps of {step_s:g} s — a checkpoint every ~{tau / 60:.0f} minutes "
+            "(chapter 13 derives it).")
+
+
+@_answer("11.q2")
+def _():
+    n, w = 1e9, 8
+    rows = {"DDP": 16, "ZeRO-1": 4 + 4 + 8 / w, "ZeRO-2": 4 + 12 / w, "FSDP (ZeRO-3)": 16 / w}
+    return ("Per rank, model states only (4 B weight, 4 B gradient, 8 B AdamW moments per parameter):\n\n"
+            + "\n".join(f"* {k}: {b:g} B/param → **{n * b / 1e9:g} GB**" for k, b in rows.items())
+            + "\n\nFSDP also holds, for a moment, the gathered parameters (and gradients) of the unit it is "
+              "computing, which is why it shards per block: the peak is one block, not the model.")
+
+
+@_answer("11.q3")
+def _():
+    n = 8
+    f = (n - 1) / n
+    return (f"Per rank and step, with S the model's bytes and n = {n}: DDP all-reduces the gradients = "
+            f"reduce-scatter + all-gather = 2·{f:.3f}·S. FSDP all-gathers the parameters in forward, frees "
+            f"them, all-gathers them again in backward, and reduce-scatters the gradients: 3·{f:.3f}·S — "
+            f"**{3 / 2:.1f}×** DDP. Keeping the parameters after forward (`reshard_after_forward=False`) saves "
+            "the second all-gather: DDP's volume, with more memory.")
+
+
+@_answer("13.q2")
+def _():
+    alpha, busbw, n = 20e-6, 100e9, 8
+    f = 2 * (n - 1) / n
+    s = alpha * busbw / f
+    bucket = 25 * 2 ** 20
+    share = bucket * f / busbw / (alpha + bucket * f / busbw)
+    return (f"An all-reduce of S bytes takes t = α + S·2(n−1)/n / busbw. The two terms are equal at "
+            f"S = α·busbw/(2(n−1)/n) = {alpha * 1e6:g} µs · {busbw / 1e9:g} GB/s / {f:.2f} = **{s / 1e6:.2f} MB** "
+            f"(n = {n}). A 25 MiB bucket spends {share:.1%} of its time moving bytes: DDP's buckets are large "
+            "so that α is paid rarely; a bucket per tensor would make small tensors latency-bound.")
+
+
+@_answer("13.q3")
+def _():
+    c, m = 60.0, 3 * 3600.0
+    tau = math.sqrt(2 * c * m)
+    lost = c / tau + tau / (2 * m)
+    return (f"τ = √(2CM) = √(2 · {c:g} s · {m:g} s) = **{tau:.0f} s** ({tau / 60:.0f} min). The fraction "
+            f"lost ≈ C/τ (saving) + τ/(2M) (rework, half an interval per failure) = {c / tau:.3f} + "
+            f"{tau / (2 * m):.3f} = **{lost:.1%}**, before the restart's own cost. Halving C lowers it by "
+            f"about 1/√2.")
