@@ -1,0 +1,74 @@
+"""Named one-line checks for the claims a chapter makes about its runs (kernel side).
+
+A chapter cell reads ``check_resumed_bitwise(ref, resumed)`` instead of five ``assert`` lines of
+plumbing: each check states one claim, raises an :class:`AssertionError` whose message says what
+failed and with which values, and returns a one-line verdict the cell prints. Tolerances are
+arguments with the reason beside the call (or here, where the claim fixes them).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+
+def claim(ok: bool, message: str) -> None:
+    """``assert ok, message`` that survives ``python -O`` and reads as a sentence."""
+    if not ok:
+        raise AssertionError(message)
+
+
+# ---- chapter 10 -------------------------------------------------------------------------------
+
+def check_article_ladder(ladder: Sequence[Sequence[Mapping[str, Any]]], fixes: Sequence[Any]) -> str:
+    """The article's §10.2 run: attempt k fails on every rank with the error fix k addresses; the last finishes."""
+    claim(len(ladder) == len(fixes) + 1, f"expected {len(fixes) + 1} attempts (one per fix, then a finished run), "
+                                         f"got {len(ladder)}")
+    for k, results in enumerate(ladder[:-1]):
+        for rank, r in enumerate(results):
+            claim(r["error"] is not None and fixes[k].expect in r["error"],
+                  f"attempt {k}, rank {rank}: expected the failure fix {k + 1} addresses ({fixes[k].expect!r}), "
+                  f"got {r['error']!r}")
+    claim(all(r["error"] is None for r in ladder[-1]), f"with every fix train() should finish: {ladder[-1]}")
+    keys = ladder[-1][0]["saved_keys"]
+    claim(bool(keys) and all(k.startswith("module.") for k in keys),
+          f"the article's torch.save(model.state_dict()) of the DDP model should save 'module.' keys: {keys}")
+    return (f"{len(fixes)} attempts failed, each on every rank with the error its fix addresses; with all {len(fixes)} "
+            f"fixes train() finished and saved keys like {keys[0]!r}")
+
+
+def check_training_run(val: Mapping[str, float], steps: int, result: Mapping[str, Any], live: Any) -> str:
+    """The capstone run learned (validation loss fell by > 1 nat), DDP's keys, and the live plot saw every point."""
+    claim(val[str(steps)] < val["0"] - 1.0,  # from uniform guessing (ln 60 = 4.1) to < 3.1
+          f"validation loss should fall by more than 1 nat: {val}")
+    claim(result["ddp_state_dict_key"].startswith("module."), f"DDP's state_dict key: {result['ddp_state_dict_key']}")
+    claim([live.train[s] for s in range(steps)] == result["history"]["loss"]
+          and live.val == {int(k): v for k, v in val.items()}, "the live plot missed points the run reported")
+    return (f"validation loss fell by more than 1 nat per character; DDP's own state_dict keys start with 'module.'; "
+            f"the live plot received all {len(live.train)} train and {len(live.val)} validation points")
+
+
+def check_time_split(prof: Mapping[int, Mapping[str, float]], parts: Iterable[str], on_cpu: bool) -> str:
+    """Per rank: the parts fill the profiled window, every collective ran inside a region; on CPU the ordering."""
+    parts = list(parts)
+    for rank, s in prof.items():
+        total = sum(s[p + "_ms"] for p in parts)
+        claim(abs(total - s["window_ms"]) < 1e-6 * s["window_ms"], f"rank {rank}: the parts do not fill the window: {s}")
+        claim(all(s[p + "_ms"] >= 0 for p in parts) and s["communication_ms"] > 0, f"rank {rank}: {s}")
+        # 5%: the profiler's clock granularity at the edges of regions
+        claim(s["comm_outside_regions_ms"] <= 0.05 * s["communication_ms"],
+              f"rank {rank}: collectives outside any region: {s}")
+        if on_cpu:  # gloo on CPU runs collectives synchronously; on GPUs kernels are asynchronous
+            claim(s["compute_share"] > s["communication_share"] > s["data_share"], f"rank {rank}: ordering {s}")
+    return ("per rank: communication + data + compute + other = the profiled window; every collective ran inside a "
+            "region" + ("; compute > communication > data" if on_cpu else ""))
+
+
+def check_resumed_bitwise(a: Mapping[str, Any], b: Mapping[str, Any], resumed: Mapping[str, Any],
+                          reference_losses: Sequence[float], resumed_from: int) -> float:
+    """The killed-and-resumed run ends bit-identical to the uninterrupted one; returns the max difference (0.0)."""
+    max_diff = max((a[k] - b[k]).abs().max().item() for k in a)
+    claim(resumed["attempt"] == 1 and resumed["resumed_from"] == resumed_from,
+          f"expected the second attempt to resume from step {resumed_from}: {resumed['attempt']=}, "
+          f"{resumed['resumed_from']=}")
+    claim(max_diff == 0.0, f"the resumed run's parameters differ from the uninterrupted run's by {max_diff}")
+    claim(resumed["history"]["loss"] == list(reference_losses), "the resumed run's losses differ")
+    return max_diff
