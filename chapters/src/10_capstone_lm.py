@@ -209,7 +209,8 @@ print(check_article_ladder(ladder, article_ddp.FIXES))
 # (with §10.2's `autocast(device.type)` fix, so the accumulation loop's own line is what is tested):
 
 # %%
-for rank, res in enumerate(ladder[-1]):
+snippet_run = disttutor.launch("article_lm", 2, ArticleLMConfig(snippets=True), **LAUNCH)
+for rank, res in enumerate(snippet_run.results):
     sn = res["snippets"]
     print(f"rank {rank}: activation checkpointing: {sn['checkpointing']}")
     print(f"        ... with d_model and nhead defined: {sn['checkpointing_defined']}"
@@ -218,7 +219,7 @@ for rank, res in enumerate(ladder[-1]):
     print(f"        AdamW: {sn['adamw']} ({sn['adamw_type']})")
 
 # %% tags=["nbval-check-output"]
-sn0 = [res["snippets"] for res in ladder[-1]]
+sn0 = [res["snippets"] for res in snippet_run.results]
 assert all("name 'd_model' is not defined" in sn["checkpointing"] and sn["checkpointing_defined"] == "ran"
            and any("use_reentrant" in w for w in sn["checkpointing_defined_warnings"]) for sn in sn0), sn0
 assert all("Expected target size" in sn["accumulation"] and sn["adamw"] == "ran" for sn in sn0), sn0

@@ -3,8 +3,8 @@
 Each rank runs §10.2's ``train(rank, world_size)`` (verbatim at ``--fixes 0``, at CPU size) and
 reports the failure it meets as one line; chapter 10 launches it with K = 0, 1, 2, ... (one fresh
 job per attempt: a process re-creating its default group after a failure races its peer's
-connections) until ``train`` finishes. After a ``train`` that finishes, §10.3's three snippets run
-as written, in the state the fixed ``train()`` builds before its loop. GPUs are hidden on purpose: every machine
+connections) until ``train`` finishes. ``--snippets`` runs §10.3's three snippets as written, in
+the state the fully fixed ``train()`` builds before its loop (a job of its own, for the same reason). GPUs are hidden on purpose: every machine
 shows the same ladder (on a GPU node the first and third fixes are not needed). The course's
 collective timeout bounds the group ``train()`` makes (the user-script safety net)::
 
@@ -36,6 +36,7 @@ SEQ = 32
 @dataclass(frozen=True)
 class ArticleLMConfig:
     fixes: int = opt(0, "how many of lm.article_ddp.FIXES to apply (0: the article as written)")
+    snippets: bool = opt(False, "run §10.3's snippets (in the state the fully fixed train() builds) instead")
     batches: int = opt(3, "batches per rank in the one epoch (the article's 100 epochs, shortened)")
 
     def __post_init__(self):
@@ -146,14 +147,15 @@ def run(cfg: ArticleLMConfig) -> None:
         user_script.install(ctx.timeout_s)          # ...bounded by the course's collective timeout
         os.chdir(runtime.run_dir() or ".")          # torch.save('transformer_model.pt') lands in the run dir
         n = 8 * cfg.batches * ctx.world_size
+        if cfg.snippets:
+            runtime.report(snippets=snippets(n, ctx.rank, ctx.world_size))
+            return
         res = attempt(cfg.fixes, n, ctx.rank, ctx.world_size)
         runtime.rank_print(f"fixes {cfg.fixes}: {res['error'] or 'train() finished'}")
         keys = []
         if res["error"] is None and ctx.rank == 0:
             keys = list(torch.load("transformer_model.pt", weights_only=True))
-        # after a train() that finished (its group was used and destroyed cleanly), §10.3 runs here too
-        more = snippets(n, ctx.rank, ctx.world_size) if res["error"] is None else {}
-        runtime.report(**res, saved_keys=keys[:3], snippets=more)
+        runtime.report(**res, saved_keys=keys[:3])
 
 
 main = cli(ArticleLMConfig, run)
