@@ -151,10 +151,10 @@ if n_gpu == 0:
 #
 # `dp.train_dataparallel` is the article's §4.2 loop with the fixes from the table above. It uses
 # real DataParallel when at least two GPUs are visible and otherwise trains the plain module (the
-# function says which path it took). Its source:
+# function says which path it took). Its source, folded:
 
-# %%
-print(inspect.getsource(dp.train_dataparallel))
+# %% tags=["deeper"]
+deeper("dp.train_dataparallel: the article's §4.2 loop, corrected", inspect.getsource(dp.train_dataparallel).splitlines())
 
 # %% [markdown]
 # First the article's data (random inputs, random labels), then data with something to learn
@@ -303,15 +303,15 @@ print("full-batch loss per step, one process:", [round(v, 4) for v in ref_losses
 print(check_same_training(table, losses, ref_losses))
 
 # %% [markdown]
-# Timings, for the record (milliseconds per step on rank 0; CPU processes, so expect noise when
-# there are more ranks than cores or the machine is busy, and expect GPUs to be very different):
+# Timings, for the record (milliseconds per step on rank 0, folded; CPU processes, so expect noise
+# when there are more ranks than cores or the machine is busy, and expect GPUs to be very different):
 
-# %%
+# %% tags=["deeper"]
 n_cores = disttutor.cores()  # usable cores: affinity, cgroup limit
-print(f"{max(runs)} ranks on {n_cores} usable CPU cores, load average {os.getloadavg()[0]:.1f}"
-      + (": the ranks time-share the cores" if n_cores < max(runs) else ""))
-print(format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in dp.PATTERNS}}
-                    for n, res in runs.items()]))
+deeper(f"ms per step on rank 0: {max(runs)} ranks on {n_cores} usable CPU cores, load average {os.getloadavg()[0]:.1f}"
+       + (" (the ranks time-share the cores)" if n_cores < max(runs) else ""),
+       format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in dp.PATTERNS}}
+                     for n, res in runs.items()]).splitlines())
 
 # %% [markdown]
 # ### Exercise 3.1 — predict the bytes through rank 0, and through the ring

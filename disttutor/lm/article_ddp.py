@@ -163,7 +163,9 @@ FIXES: tuple[Fix, ...] = (
         (("backend='nccl'", "backend='nccl' if torch.cuda.is_available() else 'gloo'"),)),
     Fix("import math (used by PositionalEncoding, never imported)", "name 'math' is not defined", (),
         imports="import math\n"),
-    Fix("a device from LOCAL_RANK, not the integer rank", "CUDA",
+    # CPU build: "Cannot access accelerator device when none is available"; a CUDA build with the GPUs
+    # hidden: "No CUDA GPUs are available"
+    Fix("a device from LOCAL_RANK, not the integer rank", "available",
         (("    # 创建模型并移至当前设备\n",
           "    # 创建模型并移至当前设备\n    device = torch.device('cuda', int(os.environ['LOCAL_RANK'])) "
           "if torch.cuda.is_available() else torch.device('cpu')\n"),
