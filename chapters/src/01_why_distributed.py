@@ -302,6 +302,9 @@ print(check_zero_memory(zero_memory))
 # %%
 show_code("disttutor.programs.parallelism", "data")
 
+# %%
+show_code("disttutor.programs.parallelism", "average")
+
 # %% [markdown]
 # and tensor parallelism (each rank its slice of the hidden units; one all-reduce adds the partial
 # outputs of the second layer):

@@ -77,11 +77,13 @@ def split_range(n: int, parts: int, index: int) -> range:
 
 # --- communication (kept apart from the strategies that use it) -------------------------------
 
+# [teach average]
 def average_gradients(model: nn.Module, world: int) -> None:
     """Sum every gradient over the ranks, then divide: each rank ends with the full-batch mean."""
     for p in model.parameters():
         dist.all_reduce(p.grad)
         p.grad /= world
+# [/teach average]
 
 
 def recv_activation(src: int, rows: int, width: int) -> tuple[torch.Tensor, int]:
@@ -103,10 +105,10 @@ def data_parallel(cfg: SplitConfig, ctx) -> dict:
     if cfg.samples % ctx.world_size:
         raise ValueError(f"data mode: samples ({cfg.samples}) must divide evenly over {ctx.world_size} ranks, "
                          "or DistributedSampler pads with repeated samples and the mean gradient changes")
+    # [teach data]
     ds = regression(n=cfg.samples, d_in=D_IN, d_out=D_OUT, seed=cfg.seed)
     mine = list(DistributedSampler(ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=False))
     model = build_model(cfg)
-    # [teach data]
     x, y = ds.tensors[0][mine], ds.tensors[1][mine]
     loss = nn.functional.mse_loss(model(x), y)  # mean over *my* samples ...
     loss.backward()
