@@ -178,6 +178,8 @@ print(check_stage(stage_forward_backward))
 # The article builds the same idea on `torch.distributed.rpc`, a different layer of PyTorch: instead
 # of symmetric ranks exchanging messages, a **master** calls functions on named **workers**.
 #
+# <details><summary><b>Deeper:</b> the five RPC calls the article uses</summary>
+#
 # | API | what it does |
 # |---|---|
 # | `rpc.rpc_sync(to, fn, args)` | run `fn(*args)` on worker `to`, wait, return the result |
@@ -185,6 +187,8 @@ print(check_stage(stage_forward_backward))
 # | `rref.rpc_sync().method(...)` | call a method of the remote object, get the *value* back |
 # | `rref.remote().method(...)` | call it, get another `RRef` back |
 # | `rref.to_here()` | copy the referenced value to the caller |
+#
+# </details>
 #
 # Here is the article's model, unchanged in `disttutor/programs/rpc_article.py` (only the sizes
 # became parameters):
@@ -211,13 +215,13 @@ deeper(f"the article's sizes: {total / 1e6:.1f} M parameters = {4 * total / 2**2
 
 # %% [markdown]
 # We run it with small sizes instead (`d_model=16`; the bugs do not depend on size). The harness
-# around it, `disttutor.rank.runtime.rpc_setup()`, replaces the article's launch code, which has its own problems:
+# around it, `disttutor.rank.runtime.rpc_setup()`, replaces the article's launch code:
 #
-# * `os.environ[...]` is used but **`import os` is missing** — every process dies with a `NameError`
-#   before RPC even starts;
-# * `mp.spawn` with a **hard-coded `MASTER_PORT='29500'`** collides with any other job on the
-#   machine; here torchrun provides the address and a free port (`init_method="env://"`);
-# * no timeout and no `try/finally`: here `rpc_timeout` is 20 s and `rpc.shutdown()` always runs.
+# > **The article says** `os.environ['MASTER_PORT'] = '29500'` then `mp.spawn(...)`, without `import os`
+# > — **on PyTorch 2.13** as on any Python, every process dies with a `NameError` before RPC starts;
+# > and a hard-coded port collides with any other job on the machine. Here torchrun provides the
+# > address and a free port (`init_method="env://"`), `rpc_timeout` is 20 s, and `rpc.shutdown()`
+# > always runs.
 #
 # Launch it (4 ranks: the master and worker1..3), expecting a failure (`check=False`):
 
@@ -310,8 +314,12 @@ assert all(g == 0 and n > 0 for g, n in out["remote_grads"].values())
 #   `RRef` for every parameter, creates one local optimizer on each owner, and
 #   `opt.step(ctx_id)` updates every parameter where it lives, with that context's gradients.
 #
-# (Smaller issues: each worker seeds its stage independently, so the model cannot be reproduced;
-# the article uses the same `x` as source and target of an encoder–decoder with no mask.)
+# <details><summary><b>Deeper:</b> smaller issues</summary>
+#
+# Each worker seeds its stage independently, so the model cannot be reproduced; the article uses the
+# same `x` as source and target of an encoder–decoder with no mask.
+#
+# </details>
 
 # %% [markdown]
 # ## 3. The corrected RPC model, trained
