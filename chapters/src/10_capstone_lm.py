@@ -168,16 +168,28 @@ assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 # backend and device fixes are not needed.
 
 # %%
+def run_attempts(ks, ladder):
+    """Launch attempts ``ks`` (K fixes each) while the previous one failed; print one line per rank."""
+    for k in ks:
+        if ladder and all(res["error"] is None for res in ladder[-1]):
+            return
+        attempt = disttutor.launch("article_lm", 2, ArticleLMConfig(fixes=k), **LAUNCH)
+        ladder.append(attempt.results)
+        for rank, res in enumerate(attempt.results):
+            done = "train() finished" + (f", printing {res['printed']!r}" if res["printed"] else "")
+            print(f"attempt {k}, rank {rank}: {res['error'] or done}")
+        if k < len(article_ddp.FIXES) and any(res["error"] for res in attempt.results):
+            print(f"    fix {k + 1}: {article_ddp.FIXES[k].name}")
+
+
 ladder = []
-for k in range(len(article_ddp.FIXES) + 1):
-    attempt = disttutor.launch("article_lm", 2, ArticleLMConfig(fixes=k), **LAUNCH)
-    ladder.append(attempt.results)
-    for rank, res in enumerate(attempt.results):
-        print(f"attempt {k}, rank {rank}: {res['error'] or 'train() finished; rank 0 printed: ' + repr(res['printed'])}")
-    if k < len(article_ddp.FIXES) and any(res["error"] for res in attempt.results):
-        print(f"    fix {k + 1}: {article_ddp.FIXES[k].name}")
-    else:
-        break
+run_attempts(range(0, 3), ladder)  # a few attempts per cell: each is a real 2-rank job
+
+# %%
+run_attempts(range(3, 6), ladder)
+
+# %%
+run_attempts(range(6, len(article_ddp.FIXES) + 1), ladder)
 warned = sorted({w for results in ladder for res in results for w in res["warnings"]})
 print("torch warned along the way (never an error):", *[f"  - {w}" for w in warned], sep="\n")
 
