@@ -11,6 +11,7 @@
     python3 course.py test [PYTEST ARGS]  # run every test (unit + all notebooks); arguments go to pytest
     python3 course.py execute [chapters/src/NN_x.py ...]   # maintainers: rebuild chapters
     python3 course.py site                # the course as a static website in site/ (nothing re-run)
+    python3 course.py plain [NAME ...] [--out DIR]   # the plain torch-only scripts: list, print, or copy out
 
 You work in workspace/ (your own copies of chapters/, made on first `lab`; git ignores them),
 so a course update never touches your work. --cpu / --gpu force the PyTorch build installed
@@ -333,6 +334,42 @@ def site(extra: list[str]) -> int:
     return run_forwarding([PY, "-m", "disttutor.course.site", *extra], cwd=ROOT, env=_env())
 
 
+PLAIN = os.path.join(ROOT, "disttutor", "plain")
+
+
+def plain(extra: list[str]) -> int:
+    """The copyable torch-only scripts of disttutor/plain/: list them, print one, or copy them to --out DIR."""
+    have = sorted(f[:-3] for f in os.listdir(PLAIN) if f.endswith(".py") and f != "__init__.py")
+    out = None
+    if "--out" in extra:
+        i = extra.index("--out")
+        if i + 1 >= len(extra):
+            print("course.py plain: --out needs a folder")
+            return 2
+        out, extra = extra[i + 1], extra[:i] + extra[i + 2:]
+    names = [n[:-3] if n.endswith(".py") else n for n in extra]
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        print(f"course.py plain: no script {', '.join(unknown)}; the scripts are {', '.join(have)}")
+        return 2
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+        for n in names or have:
+            shutil.copy(os.path.join(PLAIN, n + ".py"), os.path.join(out, n + ".py"))
+            print(f"{os.path.join(out, n + '.py')}   run: torchrun --nproc-per-node 2 {os.path.join(out, n + '.py')}")
+        return 0
+    if not names:
+        print("plain torch-only scripts (print one: course.py plain NAME; copy: course.py plain --out DIR):")
+        for n in have:
+            parts = open(os.path.join(PLAIN, n + ".py"), encoding="utf-8").read().split('"""')
+            doc = (parts[1].strip().splitlines() or [""])[0] if len(parts) > 2 else ""
+            print(f"  {n:10s} {doc}")
+        return 0
+    for n in names:
+        print(open(os.path.join(PLAIN, n + ".py"), encoding="utf-8").read(), end="")
+    return 0
+
+
 def disttutor(cmd: str):
     def passthrough(extra: list[str]) -> int:
         ensure_env()
@@ -342,7 +379,7 @@ def disttutor(cmd: str):
 
 def main() -> int:
     cmds = {"lab": lab, "test": test, "execute": execute, "update": update, "reset": reset, "site": site,
-            "doctor": disttutor("doctor"), "run": disttutor("run"), "grade": disttutor("grade"),
+            "plain": plain, "doctor": disttutor("doctor"), "run": disttutor("run"), "grade": disttutor("grade"),
             "export": disttutor("export")}
     if sys.argv[1:2] in (["-h"], ["--help"], ["help"]):
         print(__doc__)

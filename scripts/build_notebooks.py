@@ -110,6 +110,8 @@ def cell_metadata(c: dict) -> dict:
     before the learner has written anything (``disttutor grade`` does the grading).
     """
     meta: dict = {"tags": list(c["tags"])} if c["tags"] else {}
+    if "deeper" in c["tags"]:  # folded material: JupyterLab shows the cell's input collapsed
+        meta["jupyter"] = {"source_hidden": True}
     if c["type"] != "code":
         return meta
     stub = _STUB.search(c["source"])
@@ -137,6 +139,7 @@ def refresh_metadata(src: str) -> None:
     for cell, c in zip(nb.cells, want):
         cell.metadata.pop("tags", None)
         cell.metadata.pop("nbgrader", None)
+        cell.metadata.pop("jupyter", None)
         cell.metadata.update(cell_metadata(c))
     nbformat.write(nb, path)
 

@@ -178,3 +178,19 @@ def test_corpus_windows_and_sharding():
 def test_generate_is_reproducible(tiny):
     p = torch.tensor([1, 2, 3])
     assert torch.equal(lm.generate(tiny, p, 8, seed=3), lm.generate(tiny, p, 8, seed=3))
+
+
+def test_article_train_ladder_applies_every_fix_and_compiles():
+    """§10.2's text takes every size edit and every fix exactly where the ladder says (chapter 10 runs it)."""
+    from disttutor.lm import article_ddp
+
+    for k in range(len(article_ddp.FIXES) + 1):
+        src = article_ddp.train_source(k)
+        compile(src, "<article §10.2>", "exec")
+        compile(article_ddp.prelude(k) + article_ddp.model_source(k), "<article §10.1>", "exec")
+        assert ("backend='nccl' if torch.cuda.is_available() else 'gloo'" in src) == (k >= 1)
+    verbatim = article_ddp.ARTICLE_TRAIN
+    assert "backend='nccl'," in verbatim and ".to(rank)" in verbatim and "GradScaler()" in verbatim
+    assert "import math" not in article_ddp.prelude(0) and "import math" in article_ddp.prelude(2)
+    assert "self.d_model = d_model" in article_ddp.model_source(len(article_ddp.FIXES))
+    assert len({f.expect for f in article_ddp.FIXES}) == len(article_ddp.FIXES)  # each fix answers its own failure

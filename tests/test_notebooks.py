@@ -52,7 +52,7 @@ def test_cell_metadata_follows_the_source(src):
     tags; nbgrader and ``disttutor grade`` read ``grade_id``): refreshed by
     ``scripts/build_notebooks.py --metadata-only`` when only the marks changed."""
     nb = json.load(open(build_notebooks.notebook_path(src)))
-    got = [{k: c["metadata"][k] for k in ("tags", "nbgrader") if k in c["metadata"]} for c in nb["cells"]]
+    got = [{k: c["metadata"][k] for k in ("tags", "jupyter", "nbgrader") if k in c["metadata"]} for c in nb["cells"]]
     want = [build_notebooks.cell_metadata(c) for c in build_notebooks.parse(open(src).read())]
     assert got == want, f"{os.path.basename(src)}: cell metadata differs from the source's; run " \
                         f"`python scripts/build_notebooks.py --metadata-only {os.path.relpath(src, ROOT)}`"

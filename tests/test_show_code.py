@@ -68,3 +68,12 @@ def test_every_region_in_the_package_opens_and_closes_once():
             except LookupError as e:
                 bad.append(str(e))
     assert not bad, bad
+
+
+def test_deeper_folds_lines_under_a_summary():
+    from disttutor.course.source import deeper
+
+    d = deeper("a <title>", ["x = 1"], ["y < 2"])
+    md = d._repr_markdown_()
+    assert md.startswith("<details><summary><b>Deeper:</b> a &lt;title&gt;</summary>") and md.endswith("</details>")
+    assert "y &lt; 2" in md and repr(d) == "Deeper: a <title>\nx = 1\ny < 2"

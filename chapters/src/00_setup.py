@@ -88,14 +88,12 @@ assert report.ok, "the environment is not ready: see the problems above"
 #
 # The first program, `disttutor/programs/hello.py`, is a dozen lines. Each rank starts with a
 # tensor filled with `rank + 1`; `all_reduce` replaces every rank's tensor with the **sum over all
-# ranks**. Here is its core, printed from the installed package:
+# ranks**. Here is its core, read from the installed program:
 
 # %%
-import inspect
+from disttutor.course.source import show_code
 
-from disttutor.programs import hello
-
-print(inspect.getsource(hello.run))
+show_code("disttutor.programs.hello", "allreduce")
 
 # %% [markdown]
 # Launch it on 4 ranks. Each rank's lines appear as they are printed, prefixed with the rank;

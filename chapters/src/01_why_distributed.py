@@ -36,10 +36,11 @@ import torch
 from torch import nn
 
 import disttutor
+from disttutor.course.source import show_code
+from disttutor.launcher.results import format_table
 from disttutor.sharding import memory as mem
 from disttutor.workloads.data import regression
 from disttutor.workloads.models import MLP, seeded
-from disttutor.launcher.results import format_table
 from disttutor.viz.memory import calculator, calculator_view
 from disttutor.viz.parallelism import ownership_picture
 
@@ -303,6 +304,21 @@ print(check_zero_memory(zero_memory))
 # real ranks. Each mode alone is `launch("parallelism", nproc=4, args={"mode": "pipeline"})`; here we
 # run all four in one job (each rank runs them one after the other) to pay the start-up cost once.
 # The ownership pictures below are drawn by `ownership_picture` in `disttutor/viz/parallelism.py`.
+# Two of the modes, read from the installed program — data parallelism (each rank its own samples,
+# then `average_gradients`: one `dist.all_reduce` per gradient, divided by the world size):
+
+# %%
+show_code("disttutor.programs.parallelism", "data")
+
+# %%
+show_code("disttutor.programs.parallelism", "average")
+
+# %% [markdown]
+# and tensor parallelism (each rank its slice of the hidden units; one all-reduce adds the partial
+# outputs of the second layer):
+
+# %%
+show_code("disttutor.programs.parallelism", "tensor")
 
 # %%
 res = disttutor.launch("parallelism", nproc=4, args={"mode": "all"}, stream=False, timeout=120)

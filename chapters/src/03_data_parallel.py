@@ -26,14 +26,21 @@ disttutor.course.chapters.header(3)
 # * count the bytes rank 0 sends under DataParallel's pattern and under a ring all-reduce (Exercise 3.1).
 
 # %%
+import importlib
+import inspect
 import math
+import os
 
 import torch
 from torch import nn
 
 import disttutor
+from disttutor.checks.claims import check_dp_traffic, check_dp_training, check_same_training
+from disttutor.checks.traffic import check_predict_sent
+from disttutor.course.source import deeper, source_lines
 from disttutor.data_parallel import dataparallel as dp
-from disttutor.course.source import source_lines
+from disttutor.launcher.results import format_table
+from disttutor.viz.data_parallel import plot_traffic, traffic_rows
 
 n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
 print(f"torch {torch.__version__}; GPUs visible: {n_gpu}")
@@ -71,30 +78,24 @@ for line in source_lines(torch.nn.DataParallel.forward, "if not self.device_ids"
 # | 3 | `parallel_apply` | one Python **thread** per replica runs its forward | stays on each GPU |
 # | 4 | `gather` | the outputs are concatenated | every GPU → `output_device` = `device_ids[0]` |
 #
-# Step 3 is threads in one process, not processes:
+# Step 3 is threads in one process, not processes (one GIL for all replicas); the **backward** has no
+# code of its own: autograd runs the backward of each function used in forward, and the backward of
+# `replicate` is a reduce that **sums** every replica's gradient onto device 0. Both from the installed
+# source, folded:
 
-# %%
-import importlib
-
+# %% tags=["deeper"]
 pa = importlib.import_module("torch.nn.parallel.parallel_apply")
-for line in source_lines(pa.parallel_apply, "threading.Thread(", "thread.start()", "thread.join()"):
-    print(line)
-for line in source_lines(torch.nn.DataParallel.__init__, "output_device = device_ids[0]"):
-    print(line)
+deeper("the threads of parallel_apply, and the output device",
+       source_lines(pa.parallel_apply, "threading.Thread(", "thread.start()", "thread.join()"),
+       source_lines(torch.nn.DataParallel.__init__, "output_device = device_ids[0]"))
 
-# %% [markdown]
-# And the **backward** pass? DataParallel has no backward code of its own: autograd runs the
-# backward of each function used in forward. The two that matter:
-
-# %%
+# %% tags=["deeper"]
 fn = importlib.import_module("torch.nn.parallel._functions")
 comm = importlib.import_module("torch.nn.parallel.comm")
-for line in source_lines(fn.Broadcast.backward, "ReduceAddCoalesced.apply"):
-    print(line)   # backward of replicate = a reduce (SUM) of all replica gradients onto device 0
-for line in source_lines(fn.Gather.backward, "Scatter.apply"):
-    print(line)   # backward of gather = scatter the output gradients from device 0
-for line in source_lines(comm.reduce_add, "if nccl.is_available(inputs)", "nccl.reduce(", ".to(", "add_("):
-    print(line)   # the reduce itself: NCCL's reduce when available, else device-to-device copies + adds
+deeper("the backward: replicate's backward is a SUM onto device 0; gather's is a scatter",
+       source_lines(fn.Broadcast.backward, "ReduceAddCoalesced.apply"),
+       source_lines(fn.Gather.backward, "Scatter.apply"),
+       source_lines(comm.reduce_add, "if nccl.is_available(inputs)", "nccl.reduce(", ".to(", "add_("))
 
 # %% [markdown]
 # So the gradient of each parameter in the original module (on `device_ids[0]`) is the **sum** of
@@ -104,16 +105,28 @@ for line in source_lines(comm.reduce_add, "if nccl.is_available(inputs)", "nccl.
 #
 # ### Where the article is wrong or misleading
 #
-# | the article (§4.1–4.3) | the source |
-# |---|---|
-# | a *master* process sends work to GPU0..GPU2 | there is one process; GPU 0 *is* the "master" and also computes a replica |
-# | "collects the gradients and **averages** them" | gradients are **summed** (`ReduceAddCoalesced`); the loss is already a mean over the whole gathered batch, so a sum is exactly the full-batch gradient and an average would be N times too small (measured in section 4) |
-# | "updates and **broadcasts** the new parameters" | no broadcast after the step; `replicate` re-copies *all* parameters (and rebuilds the module replicas in Python) at the start of every forward |
-# | diagram: outputs never come back | outputs are **gathered on device 0**, the loss and its gradient are computed there, and the output gradients are scattered back |
-# | `if torch.cuda.is_available(): model = nn.DataParallel(model)` | with one GPU DataParallel is just overhead (`if len(self.device_ids) == 1`); it pays only with ≥ 2 |
-# | wraps first, then `model.cuda()` | works, but the rule is "parameters on `device_ids[0]` before forward" (the source raises otherwise); moving first, then wrapping with explicit `device_ids`, says so |
-# | prints `loss.item()` after each epoch's batch loop | that is the loss of the epoch's *last, smaller* batch (10000 = 156 × 64 + 16), not the epoch's |
-# | random inputs, random labels | there is nothing to learn that carries over to new data: a uniform guess scores ln(10), and the loss stays near it (measured next); with enough epochs a model can only *memorise* random labels |
+# > **The article says** a *master* process sends work to GPU0..GPU2 — **on PyTorch 2.13** there is one
+# > process; GPU 0 *is* the "master" and also computes a replica.
+#
+# > **The article says** DataParallel "collects the gradients and **averages** them" — **on PyTorch
+# > 2.13** they are **summed** (`ReduceAddCoalesced`): the loss is already a mean over the whole gathered
+# > batch, so the sum is exactly the full-batch gradient; an average would be N times too small
+# > (measured in section 4).
+#
+# > **The article says** the master "updates and **broadcasts** the new parameters" — **on PyTorch
+# > 2.13** nothing is broadcast after the step; `replicate` re-copies *all* parameters (and rebuilds
+# > the replicas in Python) at the start of every forward. And outputs do come back: they are
+# > **gathered on device 0**, where the loss and its gradient are computed.
+#
+# > **The article says** `if torch.cuda.is_available(): model = nn.DataParallel(model)`, then
+# > `model.cuda()` — **on PyTorch 2.13** one GPU makes DataParallel pure overhead
+# > (`if len(self.device_ids) == 1`), and the rule is "parameters on `device_ids[0]` before forward":
+# > move first, then wrap with explicit `device_ids`.
+#
+# > **The article says** `print(loss.item())` after each epoch, on random inputs with random labels —
+# > **on PyTorch 2.13** as on any version, that is the loss of the epoch's *last, smaller* batch
+# > (10000 = 156 × 64 + 16), and random labels leave nothing to learn that carries over: a uniform guess
+# > scores ln(10), and the loss stays near it (measured next).
 #
 # The article's three drawbacks are right (device 0 is the bottleneck, all gradients pass through
 # it, single machine only). Add two more from the source: Python threads share one GIL, and the
@@ -126,8 +139,7 @@ for line in source_lines(comm.reduce_add, "if nccl.is_available(inputs)", "nccl.
 # goes straight to `self.module(...)`. Live:
 
 # %%
-for line in source_lines(torch.nn.DataParallel.__init__, "if device_type is None", "self.device_ids = []"):
-    print(line)
+print(*source_lines(torch.nn.DataParallel.__init__, "if device_type is None", "self.device_ids = []"), sep="\n")
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(10, 100), nn.ReLU(), nn.Linear(100, 10))
 wrapped = nn.DataParallel(model)
@@ -145,12 +157,10 @@ if n_gpu == 0:
 #
 # `dp.train_dataparallel` is the article's §4.2 loop with the fixes from the table above. It uses
 # real DataParallel when at least two GPUs are visible and otherwise trains the plain module (the
-# function says which path it took). Its source:
+# function says which path it took). Its source, folded:
 
-# %%
-import inspect
-
-print(inspect.getsource(dp.train_dataparallel))
+# %% tags=["deeper"]
+deeper("dp.train_dataparallel: the article's §4.2 loop, corrected", inspect.getsource(dp.train_dataparallel).splitlines())
 
 # %% [markdown]
 # First the article's data (random inputs, random labels), then data with something to learn
@@ -165,10 +175,7 @@ for name, r in (("article (random labels)", article), ("corrected (blobs)", fixe
     print(f"{name:24s} epoch mean loss: {[round(v, 3) for v in r.epoch_loss]}")
     print(f"{'':24s} last-batch loss ({r.last_batch_size} samples, what the article prints): "
           f"{[round(v, 3) for v in r.last_batch_loss]}")
-assert article.epoch_loss[-1] > 0.97 * math.log(10)            # random labels: nothing learned
-assert fixed.epoch_loss[-1] < 0.6 * math.log(10)               # learnable data: it learns
-assert all(b < a for a, b in zip(fixed.epoch_loss, fixed.epoch_loss[1:]))
-assert fixed.last_batch_size < 64                               # the printed "loss" is a partial batch
+print(check_dp_training(article, fixed, uniform_loss=math.log(10)))
 
 # %%
 print("this run:", fixed.path)
@@ -213,8 +220,6 @@ else:
 # how many cores and how busy).
 
 # %%
-from disttutor.viz.data_parallel import plot_traffic, traffic_rows
-
 job = disttutor.launch("dp_traffic", nproc=4, args={"steps": 3, "sizes": [2, 3, 4]}, timeout=150)
 runs = {n: [job.results[k]["runs"][str(n)] for k in range(n)] for n in (2, 3, 4)}  # runs[n][rank][pattern]
 rows = traffic_rows(job)
@@ -224,8 +229,6 @@ print(f"{len(rows)} (N, pattern, rank) rows; all ranks ok: {job.ok}")
 # Every rank of every run, measured bytes against the formula:
 
 # %% tags=["nbval-check-output"]
-from disttutor.launcher.results import format_table
-
 S = 4 * job.results[0]["n_params"]
 print(f"model: {job.results[0]['n_params']} parameters, S = {S} bytes; batch 96 x 10 inputs, 96 x 10 outputs")
 print(format_table([{k: r[k] for k in ("N", "pattern", "rank", "sent", "recv", "expected", "matches")}
@@ -233,17 +236,17 @@ print(format_table([{k: r[k] for k in ("N", "pattern", "rank", "sent", "recv", "
 assert all(r["matches"] for r in rows), [r for r in rows if not r["matches"]]
 
 # %% [markdown]
-# Where rank 0's bytes go in one step with N = 4 (per phase, sent / received):
+# Where rank 0's bytes go in one step with N = 4, phase by phase, folded:
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output", "deeper"]
 r4 = runs[4][0]
-print(format_table([{"pattern": p, **{f"{k} (out/in)": f"{r4[p]['sent_phases'].get(k, 0)}/{r4[p]['recv_phases'].get(k, 0)}"
+deeper("rank 0's bytes per phase, N = 4 (sent/received)", format_table([{"pattern": p, **{f"{k} (out/in)": f"{r4[p]['sent_phases'].get(k, 0)}/{r4[p]['recv_phases'].get(k, 0)}"
                                       for k in ("replicate", "scatter inputs", "gather outputs",
                                                 "scatter output grads", "reduce grads")}}
-                    for p in ("dp-copy", "dp-chain")]))
-print(format_table([{"pattern": "ddp-ring", **{f"{k} (out/in)": f"{r4['ddp-ring']['sent_phases'][k]}/"
-                                               f"{r4['ddp-ring']['recv_phases'][k]}"
-                                               for k in ("reduce-scatter", "all-gather")}}]))
+                    for p in ("dp-copy", "dp-chain")]).splitlines(),
+       [""], format_table([{"pattern": "ddp-ring", **{f"{k} (out/in)": f"{r4['ddp-ring']['sent_phases'][k]}/"
+                                                      f"{r4['ddp-ring']['recv_phases'][k]}"
+                                                      for k in ("reduce-scatter", "all-gather")}}]).splitlines())
 
 # %%
 fig = plot_traffic(rows, param_bytes=S)
@@ -264,14 +267,7 @@ print("ddp-ring: each rank sends", [runs[n][0]["ddp-ring"]["sent"] for n in (2, 
 for n in (2, 3, 4):
     print(f"N={n}: rank 0 / mean of the other ranks:  " + "   ".join(
         f"{p} {through[(n, p)] / others[(n, p)]:.2f}" for p in dp.PATTERNS))
-assert copy_growth[0] > 2 * S and copy_growth[1] > 2 * S            # grows with every device
-# rank 0 is the hot spot: with copies it carries exactly N-1 times what any other device carries
-assert all(through[(n, "dp-copy")] == (n - 1) * others[(n, "dp-copy")] for n in (2, 3, 4))
-assert all(abs(through[(n, "ddp-ring")] / others[(n, "ddp-ring")] - 1) < 1e-3 for n in (2, 3, 4))  # even
-assert all(runs[n][k]["ddp-ring"]["sent"] < 2 * S for n in (2, 3, 4) for k in range(n))
-assert all(abs(runs[n][0]["ddp-ring"]["sent"] - dp.textbook_ring_bytes(S // 4, n)) <= 4 * n
-           for n in (2, 3, 4))                                        # S/N is not whole: chunks differ by 1 element
-assert through[(4, "dp-copy")] > 2 * through[(4, "ddp-ring")]
+print(check_dp_traffic(through, others, runs, S, dp.textbook_ring_bytes))
 
 # %% [markdown]
 # With NCCL's pipelined broadcast and reduce (**dp-chain**), rank 0's *parameter* traffic stops
@@ -304,30 +300,24 @@ for n, res in runs.items():
             row["sum == full grad"] = g["sum_vs_full"] < 1e-5 * g["grad_norm"]
             row["average == full grad"] = g["mean_vs_full"] < 1e-5 * g["grad_norm"]
         table.append(row)
-        assert close
 print(format_table(table))
-assert all(r["sum == full grad"] and not r["average == full grad"] for r in table if r["pattern"] != "ddp-ring")
-ddp_loss_by_n = {n: [sum(res[k]["ddp-ring"]["losses"][s] for k in range(n)) / n for s in range(3)]
-                 for n, res in runs.items()}
+# DP: rank 0 computes the full-batch loss; DDP: the mean of the N shard losses
+losses = {(n, p): res[0][p]["losses"] if p != "ddp-ring" else
+          [sum(res[k]["ddp-ring"]["losses"][s] for k in range(n)) / n for s in range(3)]
+          for n, res in runs.items() for p in dp.PATTERNS}
 print("full-batch loss per step, one process:", [round(v, 4) for v in ref_losses])
-for n, res in runs.items():  # DP: rank 0 computes the full-batch loss; DDP: the mean of N shard losses
-    for p in dp.PATTERNS:
-        losses = res[0][p]["losses"] if p != "ddp-ring" else ddp_loss_by_n[n]
-        assert all(abs(a - b) < 1e-5 for a, b in zip(losses, ref_losses)), (n, p, losses)  # float32 rounding
-print("every pattern, every N: the same losses (to 1e-5)")
+print(check_same_training(table, losses, ref_losses))
 
 # %% [markdown]
-# Timings, for the record (milliseconds per step on rank 0; CPU processes, so expect noise when
-# there are more ranks than cores or the machine is busy, and expect GPUs to be very different):
+# Timings, for the record (milliseconds per step on rank 0, folded; CPU processes, so expect noise
+# when there are more ranks than cores or the machine is busy, and expect GPUs to be very different):
 
-# %%
-import os
-
+# %% tags=["deeper"]
 n_cores = disttutor.cores()  # usable cores: affinity, cgroup limit
-print(f"{max(runs)} ranks on {n_cores} usable CPU cores, load average {os.getloadavg()[0]:.1f}"
-      + (": the ranks time-share the cores" if n_cores < max(runs) else ""))
-print(format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in dp.PATTERNS}}
-                    for n, res in runs.items()]))
+deeper(f"ms per step on rank 0: {max(runs)} ranks on {n_cores} usable CPU cores, load average {os.getloadavg()[0]:.1f}"
+       + (" (the ranks time-share the cores)" if n_cores < max(runs) else ""),
+       format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in dp.PATTERNS}}
+                     for n, res in runs.items()]).splitlines())
 
 # %% [markdown]
 # ### Exercise 3.1 — predict the bytes through rank 0, and through the ring
@@ -352,8 +342,6 @@ hint("3.1")
 
 
 # %%
-from disttutor.checks.traffic import check_predict_sent
-
 print(check_predict_sent(predict_sent))
 
 # %% [markdown] tags=["takeaways"]

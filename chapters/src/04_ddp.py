@@ -51,6 +51,8 @@ import torch
 
 import disttutor
 from disttutor.checks.ddp import check_bucketed_ddp, check_naive_ddp
+from disttutor.course.source import show_code
+from disttutor.launcher.results import format_table
 from disttutor.viz.ddp import plot_step_times, plot_trace
 
 print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, GPUs: {torch.cuda.device_count()}")
@@ -346,8 +348,6 @@ assert all(r["find_unused_True"] == "ok" for r in unused.results)
 # the whole step and for the forward alone (the walk is the end of DDP's forward):
 
 # %%
-from disttutor.launcher.results import format_table  # noqa: E402
-
 walk = disttutor.launch("ddp_unused_cost", nproc=2, args={"repeats": 7}, stream=False, timeout=300)
 pairs = {"step": walk.results[0]["pairs_s"], "forward": walk.results[0]["forward_pairs_s"]}  # [without, with]
 ratios = {part: [w / wo for wo, w in ps] for part, ps in pairs.items()}
@@ -498,10 +498,31 @@ hint("4.2")
 print(check_bucketed_ddp(OverlappedDDP))
 
 # %% [markdown]
-# (Solution: `solutions/ex4_2_bucketed_ddp.py`; the same algorithm as a full wrapper, with a trace,
-# is `disttutor.scratch.ddp.BucketedDDP`.) The launch of section 3 also ran that reference wrapper, right
-# after torch's DDP, on the same 2 ranks and data: compared with the single-process model after every step
-# (the tests repeat this on 3 and 4 ranks), and its event order next to torch's:
+# (Solution: `solutions/ex4_2_bucketed_ddp.py`.) The same algorithm as a full wrapper, with a trace, is
+# `disttutor.scratch.ddp.BucketedDDP`. Its hook, the heart of it — autograd calls it once per parameter
+# when that gradient is complete:
+
+# %%
+show_code("disttutor.scratch.ddp", "hook")
+
+# %% [markdown]
+# and what one bucket costs: one flat copy, one asynchronous all-reduce, and at `finish()` the wait,
+# the division (a SUM becomes a mean) and the copy back into `.grad`:
+
+# %%
+show_code("disttutor.scratch.buckets", "bucket")
+
+# %% [markdown]
+# `async_op=True` is the overlap: `dist.all_reduce` returns a handle at once and autograd carries on
+# with earlier layers while the bytes travel; `work.wait()` is the only place a rank blocks. The `while`
+# launches buckets strictly in index order — the guarantee that every rank's *k*-th all-reduce is the
+# same bucket. torch's DDP does the same in C++ (its `Reducer`), plus what the wrapper leaves out:
+# bucket views that alias `.grad` (no copy back), the rebuilt bucket order after the first step, and
+# the unused-parameter walk of section 4.
+#
+# The launch of section 3 also ran this reference wrapper, right after torch's DDP, on the same 2 ranks
+# and data: compared with the single-process model after every step (the tests repeat this on 3 and 4
+# ranks), and its event order next to torch's:
 
 # %% tags=["nbval-check-output"]
 ref_scratch = [r["runs"]["bucketed"] for r in ref.results]
@@ -607,6 +628,26 @@ for n, r in ratios.items():
     print(f"{n} ranks: from-scratch bucketed = {verdict}; naive = {r['naive']:.2f}x torch")
 
 # %% [markdown]
+# ## DDP in one file, to take with you
+#
+# Everything above, without the course's measuring: `disttutor/plain/ddp.py` uses only `torch`, picks
+# gloo on CPUs and NCCL with one GPU per rank, and runs unchanged on your machine or cluster
+# (`python3 course.py plain --out DIR` copies it; `torchrun --nproc-per-node 2 ddp.py`). The lines that
+# matter: the backend and device from what the machine has, the model wrapped (DDP broadcasts rank 0's
+# weights), the sampler, and accumulation that all-reduces once per step:
+
+# %%
+show_code("disttutor.plain.ddp", "setup")
+
+# %%
+show_code("disttutor.plain.ddp", "model")
+
+# %%
+show_code("disttutor.plain.ddp", "loop")
+
+# %% [markdown]
+# `tests/test_plain_scripts.py` runs it on 2 CPU ranks and checks the replicas end identical.
+#
 # ## 8. DDP's pros and cons (article §5.4), revisited
 #
 # * **Pros.** One process per device: no master bottleneck, no GIL contention, no scatter/gather of the

@@ -36,10 +36,15 @@ disttutor.course.chapters.header(5)
 # * generate a launch for a real cluster — a torchrun command per node, a Slurm script, a Kubernetes `PyTorchJob` — from one config.
 
 # %%
+import dataclasses
+import difflib
 import inspect
+import json
 import os
 import re
 import shlex
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,10 +52,16 @@ import tempfile
 import matplotlib.pyplot as plt
 import torch
 import yaml
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+from torch.distributed.run import get_args_parser
 
 import disttutor
-from disttutor.multinode import cluster
+from disttutor.contract.procs import kill_tree
+from disttutor.course.source import deeper, source_lines
+from disttutor.launcher.collect import read_reports
+from disttutor.launcher.launch import free_port
 from disttutor.launcher.results import format_table
+from disttutor.multinode import cluster, slurm_local
 from disttutor.viz.cluster import draw_layout
 
 print("torch", torch.__version__, "| usable CPU cores:", disttutor.cores(), "| GPUs:", torch.cuda.device_count())
@@ -128,38 +139,25 @@ assert warning, "torchrun did not warn about --node-rank"
 print(warning[0][warning[0].index("node_rank"):])
 
 # %% [markdown]
-# So what does assign `GROUP_RANK`? In `torch/distributed/elastic/rendezvous/dynamic_rendezvous.py`,
-# when the rendezvous completes, the agents are **sorted** and numbered in that order. Each agent is
-# described by a `_NodeDesc(addr, pid, local_id)` dataclass with `order=True`, so the sort is by host
-# address, then by the agent's **process id**:
+# So what does assign `GROUP_RANK`? When the c10d rendezvous completes, the agents are **sorted** by
+# (host address, agent process id) and numbered in that order. On a real cluster the order follows
+# the nodes' addresses; on one host, the agents' pids. **Consequences:** with c10d, every node runs the
+# *same* command; don't derive anything from `--node-rank`; read `GROUP_RANK`/`RANK` from the
+# environment. If you need a fixed node order, use `--rdzv-backend=static` (then `--node-rank` *is*
+# `GROUP_RANK`, and the job cannot survive losing a node). The source and this run's pids, folded:
 
-# %%
-from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
-
+# %% tags=["deeper"]
 src = inspect.getsource(dr)
 assign = re.search(r"\n(\s*# Assign the ranks\.\n.*\n.*\n)", src).group(1)
-print(inspect.getsource(dr._NodeDesc).split('"""')[0].strip(), "...")
-print("...\n" + assign)
-assert "enumerate(sorted(state.participants))" in assign
-
-# %% [markdown]
-# Measured: which agent (the `--node-rank` we passed) became which `GROUP_RANK`, and the agents'
-# process ids. On one host the agent with the smaller pid becomes node 0 — usually the one started
-# first, but only by luck of timing. On a real cluster the order follows the nodes' addresses
-# (as the agents report them). **Consequences:** with c10d, every node runs the *same* command;
-# don't derive anything from `--node-rank`; read `GROUP_RANK`/`RANK` from the environment. If you
-# need a fixed node order, use `--rdzv-backend=static` (then `--node-rank` *is* `GROUP_RANK`, and the
-# job cannot survive losing a node).
-
-# %%
-agents = {}
-for r in res.ranks:
-    agents[int(r.results["env"]["GROUP_RANK"])] = (r.info["agent"], r.results["agent_pid"])
-print(format_table([{"GROUP_RANK": g, "--node-rank passed": a, "agent pid": pid}
-                    for g, (a, pid) in sorted(agents.items())]))
+assert "enumerate(sorted(state.participants))" in assign  # the sort this paragraph describes
+agents = {int(r.results["env"]["GROUP_RANK"]): (r.info["agent"], r.results["agent_pid"]) for r in res.ranks}
 pids_by_group = [agents[g][1] for g in sorted(agents)]
 assert pids_by_group == sorted(pids_by_group), "GROUP_RANK should follow the agents' pid order on one host"
-print("GROUP_RANK order == agent pid order:", pids_by_group == sorted(pids_by_group))
+deeper("dynamic_rendezvous.py sorts _NodeDesc(addr, pid, local_id); this run's agents in GROUP_RANK order",
+       inspect.getsource(dr._NodeDesc).split('"""')[0].strip().splitlines(), ["..."], assign.rstrip().splitlines(),
+       [""], format_table([{"GROUP_RANK": g, "--node-rank passed": a, "agent pid": pid}
+                           for g, (a, pid) in sorted(agents.items())]).splitlines(),
+       [f"GROUP_RANK order == agent pid order: {pids_by_group == sorted(pids_by_group)}"])
 
 # %% [markdown]
 # One rank's complete torchrun environment (the port and run id change from run to run):
@@ -211,11 +209,6 @@ print("torch.distributed.launch still runs, is deprecated (FutureWarning), and p
 # is killed if anything hangs).
 
 # %%
-import json  # noqa: E402
-
-from disttutor.launcher.launch import free_port  # noqa: E402
-from disttutor.contract.procs import kill_tree  # noqa: E402
-
 # Both processes write to one pipe: one os.write of a whole line each (atomic below 4 KiB), because
 # print() may write the text and its newline separately and two lines could interleave.
 SHOW_ARGS = """import json, os, sys
@@ -271,23 +264,23 @@ print("with --use-env, and with torchrun, the command line is empty: read LOCAL_
 # program is `disttutor/programs/legacy_spawn.py`; the children are module-level functions of that
 # program (spawn start method), and the launcher kills the whole tree if anything hangs.
 
-# %%
+# %% tags=["deeper"]
 art = disttutor.launch("legacy_spawn", nproc=2, args={"gpus": 2, "timeout": 3}, stream=False, timeout=150)
 children = [c for r in art.results for c in r["children"]]
 launched_pids = sorted(r["launched_pid"] for r in art.results)
-print(format_table([{"launched by torchrun as RANK": c["launched_rank"], "spawn index = rank": c["rank"],
+deeper("every spawned child: its rank, its partners, its error (this run)", format_table([{"launched by torchrun as RANK": c["launched_rank"], "spawn index = rank": c["rank"],
                      "world_size": c["world_size"], "joined": c["ok"],
                      "all-reduce of 1s": c["sum"],
                      "partners (launched RANK of each)": None if not c["partners"] else
                          [next(x["launched_rank"] for x in children if x["pid"] == p) for p in c["partners"]],
                      # drop gloo's source-file prefix ("[/.../pair.cc:152] ") and keep the words
                      "error": re.sub(r"\[[^\]]*\.(?:cc|h):\d+\]\s*", "", c["error"] or "")[:70]}
-                    for c in children]))
+                    for c in children]).splitlines())
 
 # %% [markdown]
 # Which children pair up, and whether any fail, is a **race**: duplicate ranks write their address
-# under the same store key, and whoever writes last is the one the others connect to. So the table
-# above can differ from run to run — crossing pairs, connect timeouts (the `error` column), or the
+# under the same store key, and whoever writes last is the one the others connect to. So the (folded)
+# table above can differ from run to run — crossing pairs, connect timeouts (the `error` column), or the
 # worst case: every child "succeeds" in a group of 2, and the job splits into separate worlds that
 # each average gradients over half the processes, **with no error at all**. This run's verdict:
 
@@ -323,15 +316,16 @@ assert all((c["ok"] and c["sum"] == 2) or (not c["ok"] and c["error"]) for c in 
 # The process tree, rebuilt from the parent pids the processes reported:
 
 # %% tags=["nbval-check-output"]
-print("torchrun agent")
+tree = ["torchrun agent"]
 for i, lp in enumerate(launched_pids):
     rep = next(r for r in art.results if r["launched_pid"] == lp)
     last = i == len(launched_pids) - 1
-    print(("└── " if last else "├── ") + f"launched process (torchrun RANK {rep['children'][0]['launched_rank']})")
+    tree.append(("└── " if last else "├── ") + f"launched process (torchrun RANK {rep['children'][0]['launched_rank']})")
     kids = sorted((c for c in children if c["parent_pid"] == lp), key=lambda c: c["rank"])
     for j, c in enumerate(kids):
-        print(("    " if last else "│   ") + ("└── " if j == len(kids) - 1 else "├── ")
-              + f"mp.spawn child: init_process_group(rank={c['rank']}, world_size={c['world_size']})")
+        tree.append(("    " if last else "│   ") + ("└── " if j == len(kids) - 1 else "├── ")
+                    + f"mp.spawn child: init_process_group(rank={c['rank']}, world_size={c['world_size']})")
+print("\n".join(tree))
 
 # %% [markdown]
 # ### The fix: one process per device, started by torchrun
@@ -445,8 +439,6 @@ print(f"default join timeout: {join.total_seconds():.0f} s = {join.total_seconds
 # further and builds torchrun's launch config from them.)
 
 # %% tags=["nbval-check-output"]
-from torch.distributed.run import get_args_parser
-
 for cmd in cmds:
     words = shlex.split(cmd)
     a = get_args_parser().parse_args(words[words.index("torchrun") + 1:])
@@ -532,12 +524,6 @@ print(cluster.this_environment().replace(sys.prefix, "<this kernel's environment
 # and two jobs sharing one head at the same time.
 
 # %%
-import dataclasses  # noqa: E402
-import shutil  # noqa: E402
-
-from disttutor.multinode import slurm_local
-from disttutor.launcher.collect import read_reports  # noqa: E402
-
 why_not = slurm_local.unavailable()
 run_cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=2, job_name="whoami-2x2", time_limit="00:05:00")
 slurm_run = None
@@ -623,8 +609,6 @@ if slurm_run:
 # processes on loopback with the variables the operator would inject (GROUP_RANK = the pod index).
 
 # %% tags=["nbval-check-output"]
-import difflib
-
 manifest = cluster.pytorchjob_manifest(cfg)
 lines = manifest.splitlines()
 master = next(i for i, ln in enumerate(lines) if ln.strip() == "Master:")
@@ -664,6 +648,73 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus
         print(f"{bad}: {exc}")
     else:
         raise AssertionError(f"{bad} was accepted")
+
+# %% [markdown]
+# ## 4. "My rendezvous never forms": a checklist
+#
+# On a real cluster the agents either never meet (torchrun waits its join timeout, then raises
+# `RendezvousTimeoutError`) or they meet and the first collective hangs or fails to connect. The
+# causes are almost always these four; each comes with the command that diagnoses it, run on every
+# node. The cells below run each check on this machine.
+#
+# 1. **The head is not reachable on its port.** `nc -zv HEAD PORT` (or
+#    `python -c "import socket; socket.create_connection(('HEAD', PORT), 5)"`). *Connection refused*:
+#    nothing listens there yet (the head's agent is not started, or another port). *A timeout*: a
+#    firewall drops the packets — check `sudo iptables -S` / `sudo ufw status` / the cloud's security
+#    group, and open the rendezvous port **and** the ports gloo/NCCL pick between all nodes (they
+#    listen on ephemeral ports: allow all TCP inside the cluster's subnet).
+# 2. **The wrong network interface.** Gloo and NCCL each choose an interface per node; with docker0,
+#    a VPN or several NICs they can choose one the other nodes cannot reach. List them with
+#    `ip -br addr`; pin the right one with `GLOO_SOCKET_IFNAME=eth0` and `NCCL_SOCKET_IFNAME=eth0`
+#    (NCCL also takes a prefix or an exclusion, `NCCL_SOCKET_IFNAME=^docker,lo`). `NCCL_DEBUG=INFO`
+#    prints the interface NCCL chose.
+# 3. **The hostname resolves to loopback.** `getent hosts $(hostname)` on each node. Debian and
+#    Ubuntu's `/etc/hosts` map the machine's own name to `127.0.1.1`; a node that advertises that
+#    address sends the others to *themselves*. Pass addresses as IPs (`--rdzv-endpoint IP:PORT`,
+#    `--local-addr IP`) or fix `/etc/hosts`.
+# 4. **The clocks disagree.** `timedatectl` (or `chronyc tracking`) on each node. The c10d rendezvous
+#    keeps a node alive by its heartbeats, stamped with *the writer's* wall clock and compared with
+#    *the reader's*: a node whose clock lags by more than the keep-alive window is dropped as dead
+#    (source below). Run NTP/chrony everywhere.
+#
+# And the same `--rdzv-id` (Slurm: `$SLURM_JOB_ID`) and the same torch version
+# (`python -c "import torch; print(torch.__version__)"`) on every node.
+
+# %%
+interfaces = [name for _, name in socket.if_nameindex()]
+print("1-2. this machine's interfaces (socket.if_nameindex, what `ip -br addr` lists):", ", ".join(interfaces))
+probe = socket.socket()
+probe.settimeout(5)
+port = free_port()  # a port nothing listens on: what "head not started" looks like
+try:
+    probe.connect(("127.0.0.1", port))
+    print(f"   127.0.0.1:{port}: open")
+except ConnectionRefusedError:
+    print(f"   127.0.0.1:{port}: connection refused -- nothing listens (a firewall that drops would time out instead)")
+finally:
+    probe.close()
+host = socket.gethostname()
+addr = socket.gethostbyname(host)
+print(f"3. `{host}` resolves to {addr}: " + ("LOOPBACK -- other nodes could not reach an agent that advertises it"
+                                           if addr.startswith("127.") else "not loopback: other nodes can use it"))
+
+# %% [markdown]
+# An interface name that does not exist on a node — a typo, or `eth0` on a machine whose NIC is
+# `ens5` — fails at once, on every rank, naming the interface (a real 2-rank run):
+
+# %%
+bad_if = disttutor.launch("hello", 2, env={"GLOO_SOCKET_IFNAME": "nosuch0"}, stream=False, check=False,
+                          timeout=60, collective_timeout=10)
+print(bad_if.summary(lines=1))
+
+# %% tags=["nbval-check-output"]
+assert not bad_if.ok and all("nosuch0" in (r.error or "") for r in bad_if.ranks), bad_if.summary()
+keep = inspect.signature(dr.DynamicRendezvousHandler.from_backend).parameters
+window = keep["keep_alive_interval"].default * keep["keep_alive_max_attempt"].default
+print("GLOO_SOCKET_IFNAME=nosuch0: every rank failed, naming the interface")
+print(f"4. a node whose heartbeats look older than {window} s (keep_alive_interval x keep_alive_max_attempt) is dropped:")
+print(*source_lines(dr._BackendRendezvousStateHolder._sanitize, "expire_time = datetime.now",
+                    "if last_heartbeat < expire_time"), sep="\n")
 
 # %% [markdown] tags=["takeaways"]
 # ## Key takeaways

@@ -44,10 +44,11 @@ import matplotlib.pyplot as plt
 import torch
 
 import disttutor
-from disttutor.programs import model_parallel as mp_prog
-from disttutor.pipeline.timeline import compute_overlap_s
-from disttutor.programs import rpc_article, rpc_train
+from disttutor.course.source import deeper, show_code
 from disttutor.launcher.results import format_table
+from disttutor.pipeline.timeline import compute_overlap_s
+from disttutor.programs import model_parallel as mp_prog
+from disttutor.programs import rpc_article, rpc_train
 from disttutor.viz.model_parallel import plot_timeline
 
 print("torch", torch.__version__)
@@ -70,7 +71,7 @@ print("torch", torch.__version__)
 # The communication lives in `disttutor/pipeline/p2p.py` (`StageLink`), apart from the loop that uses it:
 
 # %%
-print(inspect.getsource(mp_prog.train_step))
+show_code("disttutor.programs.model_parallel", "step")
 
 # %% [markdown]
 # A receiver must allocate the buffer before the bytes arrive, so every `recv` needs the shape in
@@ -185,6 +186,8 @@ print(check_stage(stage_forward_backward))
 # The article builds the same idea on `torch.distributed.rpc`, a different layer of PyTorch: instead
 # of symmetric ranks exchanging messages, a **master** calls functions on named **workers**.
 #
+# <details><summary><b>Deeper:</b> the five RPC calls the article uses</summary>
+#
 # | API | what it does |
 # |---|---|
 # | `rpc.rpc_sync(to, fn, args)` | run `fn(*args)` on worker `to`, wait, return the result |
@@ -192,6 +195,8 @@ print(check_stage(stage_forward_backward))
 # | `rref.rpc_sync().method(...)` | call a method of the remote object, get the *value* back |
 # | `rref.remote().method(...)` | call it, get another `RRef` back |
 # | `rref.to_here()` | copy the referenced value to the caller |
+#
+# </details>
 #
 # Here is the article's model, unchanged in `disttutor/programs/rpc_article.py` (only the sizes
 # became parameters):
@@ -201,10 +206,10 @@ print(inspect.getsource(rpc_article.ModelParallelNet))
 
 # %% [markdown]
 # At the article's sizes (`nn.Embedding(10000, 1000)`, `nn.Transformer(d_model=1000, nhead=10)`
-# with its defaults of 6 + 6 layers) the model is large — counted here on the `meta` device, which
-# allocates no memory:
+# with its defaults of 6 + 6 layers) the model is large — counted on the `meta` device, which
+# allocates no memory (folded):
 
-# %% tags=["nbval-check-output"]
+# %% tags=["nbval-check-output", "deeper"]
 with torch.device("meta"), warnings.catch_warnings():
     warnings.simplefilter("ignore")  # nn.Transformer's nested-tensor notice (about batch_first: see bug 2)
     article_counts = {name: sum(p.numel() for p in cls().parameters())
@@ -212,19 +217,19 @@ with torch.device("meta"), warnings.catch_warnings():
                                         ("TransformerNet", rpc_article.TransformerNet),
                                         ("OutputNet", rpc_article.OutputNet)]}
 total = sum(article_counts.values())
-print(format_table([{"stage": k, "parameters": v} for k, v in article_counts.items()]))
-print(f"total: {total / 1e6:.1f} M parameters = {4 * total / 2**20:.0f} MiB in float32")
 assert total > 100e6
+deeper(f"the article's sizes: {total / 1e6:.1f} M parameters = {4 * total / 2**20:.0f} MiB in float32",
+       format_table([{"stage": k, "parameters": v} for k, v in article_counts.items()]).splitlines())
 
 # %% [markdown]
 # We run it with small sizes instead (`d_model=16`; the bugs do not depend on size). The harness
-# around it, `disttutor.rank.runtime.rpc_setup()`, replaces the article's launch code, which has its own problems:
+# around it, `disttutor.rank.runtime.rpc_setup()`, replaces the article's launch code:
 #
-# * `os.environ[...]` is used but **`import os` is missing** — every process dies with a `NameError`
-#   before RPC even starts;
-# * `mp.spawn` with a **hard-coded `MASTER_PORT='29500'`** collides with any other job on the
-#   machine; here torchrun provides the address and a free port (`init_method="env://"`);
-# * no timeout and no `try/finally`: here `rpc_timeout` is 20 s and `rpc.shutdown()` always runs.
+# > **The article says** `os.environ['MASTER_PORT'] = '29500'` then `mp.spawn(...)`, without `import os`
+# > — **on PyTorch 2.13** as on any Python, every process dies with a `NameError` before RPC starts;
+# > and a hard-coded port collides with any other job on the machine. Here torchrun provides the
+# > address and a free port (`init_method="env://"`), `rpc_timeout` is 20 s, and `rpc.shutdown()`
+# > always runs.
 #
 # Launch it (4 ranks: the master and worker1..3), expecting a failure (`check=False`):
 
@@ -240,6 +245,14 @@ assert "must be Tensor" in art.ranks[0].error and "PyRRef" in art.ranks[0].error
 
 # %% [markdown]
 # ### Why it fails, bug by bug
+#
+# > **The article says** `x = self.embed_rref.remote().forward(x)` and passes `x` on to the next stage —
+# > **on PyTorch 2.13** `.remote()` returns an `RRef`, not a tensor: the next stage receives a reference
+# > it cannot compute with (the `TypeError` above). `rref.rpc_sync().forward(x)` returns the tensor.
+#
+# > **The article says** nothing about training the RPC model — **on PyTorch 2.13** `loss.backward()`
+# > stops at the first RPC boundary without an error (bug 3 below): training needs `dist_autograd` and
+# > `DistributedOptimizer`.
 #
 # **Bug 1 — references passed where tensors are needed.** `self.embed_rref.remote().forward(x)`
 # returns an `RRef` to the embedding *on worker1*, not a tensor. That RRef is handed to the
@@ -309,8 +322,12 @@ assert all(g == 0 and n > 0 for g, n in out["remote_grads"].values())
 #   `RRef` for every parameter, creates one local optimizer on each owner, and
 #   `opt.step(ctx_id)` updates every parameter where it lives, with that context's gradients.
 #
-# (Smaller issues: each worker seeds its stage independently, so the model cannot be reproduced;
-# the article uses the same `x` as source and target of an encoder–decoder with no mask.)
+# <details><summary><b>Deeper:</b> smaller issues</summary>
+#
+# Each worker seeds its stage independently, so the model cannot be reproduced; the article uses the
+# same `x` as source and target of an encoder–decoder with no mask.
+#
+# </details>
 
 # %% [markdown]
 # ## 3. The corrected RPC model, trained
@@ -319,8 +336,16 @@ assert all(g == 0 and n > 0 for g, n in out["remote_grads"].values())
 # one stage created with `rpc.remote` — with the three fixes. The master's side:
 
 # %%
-print(inspect.getsource(rpc_train.RemoteStages.forward))
-print(inspect.getsource(rpc_train.train_master))
+show_code("disttutor.programs.rpc_train", "master")
+
+# %% [markdown]
+# `with dist_autograd.context() as ctx_id:` records every RPC that carries a tensor requiring grad;
+# `dist_autograd.backward(ctx_id, [loss])` replaces `loss.backward()`; `opt.step(ctx_id)` runs SGD on
+# each worker with that context's gradients. The stages' forward (each `rpc_sync` returns the
+# activation to the master), folded:
+
+# %% tags=["deeper"]
+deeper("RemoteStages.forward: one rpc_sync per stage", inspect.getsource(rpc_train.RemoteStages.forward).splitlines())
 
 # %% [markdown]
 # The data: 8 sequences of 12 tokens; the target of each token is `token % 10` (learnable per

@@ -31,10 +31,14 @@ disttutor.course.chapters.header(9)
 import os
 import tempfile
 
+import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 import disttutor
+from disttutor.course.source import show_code
+from disttutor.programs.profile_ddp import ProfileConfig
 from disttutor.troubleshoot import diagnose
+from disttutor.troubleshoot import traces
 from disttutor.troubleshoot import modes as troubleshoot
 
 LOAD = os.getloadavg()[0]  # wall times below depend on how busy the machine is: we keep this beside them
@@ -164,12 +168,17 @@ assert lines[0].startswith("rank 0: waiting in all_reduce()") and lines[1].start
 # https://ui.perfetto.dev or `chrome://tracing`). CPU only here, so no `ProfilerActivity.CUDA`.
 #
 # Rank 1 is made a **straggler**: it sleeps 40 ms in each forward (think: a slow data loader).
+# The profiled loop, from the installed program:
 
 # %%
-import matplotlib.pyplot as plt
+show_code("disttutor.programs.profile_ddp", "profile")
 
-from disttutor.troubleshoot import traces
-from disttutor.programs.profile_ddp import ProfileConfig
+# %% [markdown]
+# `schedule(wait=1, warmup=1, active=3)` skips a step, warms the profiler up for one, then records
+# three; `prof.step()` at the end of each iteration is what advances it (forget it and nothing is
+# recorded). `on_trace_ready` runs once the active steps are done: each rank writes its own file.
+
+# %%
 from disttutor.viz import profiling as viz
 
 prof_dir = tempfile.mkdtemp(prefix="disttutor-run-")

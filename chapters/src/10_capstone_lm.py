@@ -30,6 +30,7 @@ disttutor.course.chapters.header(10)
 import json
 import os
 import tempfile
+import time
 import warnings
 
 import matplotlib.pyplot as plt
@@ -41,8 +42,12 @@ from disttutor.lm import corpus
 from disttutor.lm import model as lm
 from disttutor.lm import article as lm_article
 from disttutor.lm import timesplit as lm_profile
+from disttutor.checks.claims import check_article_ladder, check_resumed_bitwise, check_time_split, check_training_run
 from disttutor.checks.resume import check_resume
+from disttutor.course.source import show_code
+from disttutor.lm import article_ddp
 from disttutor.lm.loop import LMConfig
+from disttutor.programs.article_lm import ArticleLMConfig
 from disttutor.programs.lm_train import FINAL_PARAMS
 from disttutor.viz import lm as viz
 
@@ -152,9 +157,103 @@ assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 # | §10.3 `criterion(output, target)` | 3-D logits: classes read from the time axis, error | flatten / `lm_loss` | `test_bug_accumulation_loss_on_3d_output_raises` |
 # | §10.3 `checkpoint(layer, x)` | no `use_reentrant` (warning, announced error); cannot take the mask | `checkpoint(layer, h, src_mask=..., use_reentrant=False)` | `test_bug_checkpoint_wrapper` |
 # | `torch.save(model.state_dict())` of the DDP model | keys start with `module.` | `get_state_dict` / `model.module` | `test_training_lowers_validation_loss` |
-# | `GradScaler()`, `autocast()`; `.to(rank)`; `mp.spawn` | §10 calls the first two without importing them (`NameError`; §8's `torch.cuda.amp` spelling is deprecated); on node 2 the global rank is no GPU index; from a notebook `mp.spawn` pickles functions of `__main__`, which its children cannot import | `torch.amp.GradScaler(device)` / `torch.autocast(device)` (chapter 8); `LOCAL_RANK` (chapter 5); a module started by torchrun (chapters 0, 9) | their chapters' tests |
+# | `GradScaler()`, `autocast()`; `.to(rank)`; `mp.spawn` | §10 calls the first two without importing them (`NameError`; §8's `torch.cuda.amp` spelling is deprecated); on node 2 the global rank is no GPU index; from a notebook `mp.spawn` pickles functions of `__main__`, which its children cannot import | `torch.amp.GradScaler(device)` / `torch.autocast(device)` (chapter 8); `LOCAL_RANK` (chapter 5); a module started by torchrun (chapters 0, 9) | their chapters' tests and the run below |
+
+# %% [markdown]
+# ## 2. The article's training function, run under DDP as written
 #
-# ## 2. Training the corrected model on 2 ranks
+# §10.2's `train(rank, world_size)` is the article's whole recipe: a process group, the model moved
+# to its device, DDP, a `DistributedSampler`, Adam, mixed precision with a `GradScaler`, clipping.
+# `disttutor/lm/article_ddp.py` holds it **verbatim**; `disttutor.programs.article_lm` runs it on
+# every rank of a real 2-rank job, with the first K of the fixes below applied, and reports the
+# failure each rank meets as one line. We start at K = 0 (the article as written) and add one fix per
+# attempt until it finishes: each attempt is a fresh job, because a process that re-creates its
+# process group right after a failure races its peer's half-made connections. Only the sizes are
+# changed in every attempt (vocabulary 50000 → 60 characters, d_model 512 → 64, 6 → 2 layers,
+# batch 32 → 8, 100 epochs → 1, and `num_workers=4` → 0: eight more processes forked from busy ranks
+# on a small machine). GPUs are hidden, so every machine shows the same ladder; on a GPU node the
+# backend and device fixes are not needed.
+
+# %%
+def run_attempts(ks, ladder):
+    """Launch attempts ``ks`` (K fixes each) while the previous one failed; print one line per rank."""
+    for k in ks:
+        if ladder and all(res["error"] is None for res in ladder[-1]):
+            return
+        attempt = disttutor.launch("article_lm", 2, ArticleLMConfig(fixes=k), **LAUNCH)
+        ladder.append(attempt.results)
+        for rank, res in enumerate(attempt.results):
+            done = "train() finished" + (f", printing {res['printed']!r}" if res["printed"] else "")
+            print(f"attempt {k}, rank {rank}: {res['error'] or done}")
+        if k < len(article_ddp.FIXES) and any(res["error"] for res in attempt.results):
+            print(f"    fix {k + 1}: {article_ddp.FIXES[k].name}")
+
+
+ladder = []
+run_attempts(range(0, 3), ladder)  # a few attempts per cell: each is a real 2-rank job
+
+# %%
+run_attempts(range(3, 6), ladder)
+
+# %%
+run_attempts(range(6, len(article_ddp.FIXES) + 1), ladder)
+warned = sorted({w for results in ladder for res in results for w in res["warnings"]})
+print("torch warned along the way (never an error):", *[f"  - {w}" for w in warned], sep="\n")
+
+# %% tags=["nbval-check-output"]
+print(check_article_ladder(ladder, article_ddp.FIXES))
+
+# %% [markdown]
+# Read the ladder top to bottom: each line is a real failure on a real rank, in the order a learner
+# would meet them. Two of them are not in the model-bug table above, because they only appear under
+# DDP: the `.to(rank)` that assumes a GPU per rank (chapter 5: on a second node the global rank is not
+# a device index either), and the **positional-encoding buffer**: DDP broadcasts rank 0's buffers
+# before every forward (`broadcast_buffers=True`), and the article's `pe.unsqueeze(0).transpose(0, 1)`
+# is a view whose size-1 dimension keeps a stride of `max_len * d_model`; the coalesced broadcast's
+# copy-back refuses it as overlapping memory. `pe.unsqueeze(1)` has the same shape and ordinary strides.
+# And the run that *finishes* is still the silently wrong model of section 1 (no mask, batch-first
+# confusion), saved with `module.` keys.
+#
+# > **The article says** `dist.init_process_group(backend='nccl', rank=rank, world_size=world_size)`
+# > and `.to(rank)`, `DDP(model, device_ids=[rank])` — **on PyTorch 2.13** a CPU-only machine has no
+# > NCCL (gloo is the CPU backend), and the device of a process is `LOCAL_RANK` (per node), not the
+# > global rank; `device_ids` must be left out for a CPU module.
+#
+# > **The article says** `scaler = GradScaler()` and `with autocast():` (never imported) — **on PyTorch
+# > 2.13** both live in `torch.amp` and take the device type: `torch.amp.GradScaler("cuda")`,
+# > `torch.autocast("cuda", dtype=torch.float16)`; the `torch.cuda.amp` spellings are deprecated,
+# > and without a GPU the scaler disables itself with the warning above.
+#
+# §10.3's three snippets, run as written in the state the fixed `train()` builds before its loop
+# (with §10.2's `autocast(device.type)` fix, so the accumulation loop's own line is what is tested):
+
+# %%
+snippet_run = disttutor.launch("article_lm", 2, ArticleLMConfig(snippets=True), **LAUNCH)
+for rank, res in enumerate(snippet_run.results):
+    sn = res["snippets"]
+    print(f"rank {rank}: activation checkpointing: {sn['checkpointing']}")
+    print(f"        ... with d_model and nhead defined: {sn['checkpointing_defined']}"
+          + "".join(f"\n            warning: {w}" for w in sn["checkpointing_defined_warnings"]))
+    print(f"        gradient accumulation: {sn['accumulation']}")
+    print(f"        AdamW: {sn['adamw']} ({sn['adamw_type']})")
+
+# %% tags=["nbval-check-output"]
+sn0 = [res["snippets"] for res in snippet_run.results]
+assert all("name 'd_model' is not defined" in sn["checkpointing"] and sn["checkpointing_defined"] == "ran"
+           and any("use_reentrant" in w for w in sn["checkpointing_defined_warnings"]) for sn in sn0), sn0
+assert all("Expected target size" in sn["accumulation"] and sn["adamw"] == "ran" for sn in sn0), sn0
+print("§10.3 on every rank: checkpointing needs d_model/nhead and warns about use_reentrant; accumulation's "
+      "criterion(output, target) on 3-D logits raises; AdamW runs")
+
+# %% [markdown]
+# > **The article says** `loss = criterion(output, target) / accumulation_steps` — **on PyTorch 2.13**
+# > `CrossEntropyLoss` reads a 3-D `(batch, time, vocab)` output as `(batch, classes, ...)`: the classes
+# > come from the time axis, and the shapes disagree (the error above). Flatten both, as §10.2 itself
+# > does, or use `disttutor.lm.model.lm_loss`. Its loop also never calls `no_sync()`, so every
+# > micro-batch's backward all-reduces: section 3's loop shows the accumulation that communicates once
+# > per step.
+#
+# ## 3. Training the corrected model on 2 ranks
 #
 # `disttutor/programs/lm_train.py` (loop: `disttutor/lm/loop.py`) trains `disttutor.lm.model.TinyLM` — 2
 # layers, d = 64, characters — on Genesis with DDP; 2 micro-batches per step, the first inside
@@ -162,13 +261,31 @@ assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 # CUDA); linear warm-up then cosine decay; non-reentrant activation checkpointing; a
 # `DistributedSampler` with `set_epoch`.
 #
+# The code that matters, from the installed loop (`disttutor/lm/loop.py`): the set-up, then one
+# optimizer step.
+
+# %%
+show_code("disttutor.lm.loop", "setup")
+
+# %%
+show_code("disttutor.lm.loop", "step")
+
+# %% [markdown]
+# Line by line, where it counts:
+#
+# - `DDP(model, device_ids=[ctx.local_rank] if ... "cuda" else None)`: the article's `device_ids=[rank]`
+#   with both of its bugs fixed (local, not global rank; none on CPU).
+# - `with (contextlib.nullcontext() if last else ddp.no_sync()):` — all but the last micro-batch's
+#   backward only accumulate into `.grad`; the last one all-reduces the sum, so a step costs one
+#   all-reduce whatever `accum` is. `loss / cfg.accum` makes that sum a mean.
+# - `scaler.unscale_(opt_)` then `clip_grad_norm_`: the norm is taken of the true gradients (with the
+#   scaler disabled, as on CPU, both are no-ops); `scaler.step` skips a step whose gradients overflowed.
+# - `dist.all_reduce(step_loss)`: only for the number we print — each rank's loss is its own shard's.
+#
 # **Precision.** Should the CPU ranks use bf16 autocast? Measure it (one process, the same model and
 # micro-batch, a few steps each):
 
 # %%
-import time
-
-
 def ms_per_step(autocast: bool, n: int = 4) -> float:
     torch.manual_seed(0)
     model = lm.TinyLM(tok.vocab_size)
@@ -220,12 +337,7 @@ print(f"validation loss {val['0']:.3f} -> {val[str(cfg.steps)]:.3f} in {r['wall_
       f"({cfg.steps} steps, load {os.getloadavg()[0]:.1f})")
 
 # %% tags=["nbval-check-output"]
-assert val[str(cfg.steps)] < val["0"] - 1.0, val  # a clear drop: from uniform guessing (ln 60 = 4.1) to < 3.1
-assert r["ddp_state_dict_key"].startswith("module."), r["ddp_state_dict_key"]
-# the live plot saw every step and every validation the run reported
-assert [live.train[s] for s in range(cfg.steps)] == r["history"]["loss"] and live.val == {int(k): v for k, v in val.items()}
-print("validation loss fell by more than 1 nat per character; DDP's own state_dict keys start with 'module.'")
-print(f"the live plot received all {len(live.train)} train and {len(live.val)} validation points")
+print(check_training_run(val, cfg.steps, r, live))
 
 # %%
 viz.plot_training(r["history"])
@@ -260,16 +372,7 @@ print(f"total: {total_tps:.0f} tokens/s on {len(prof)} ranks (whole run, unprofi
       f"{r['tokens_per_s_rank'] * train_run.world_size:.0f} tokens/s; load {os.getloadavg()[0]:.1f})")
 
 # %% tags=["nbval-check-output"]
-for rank, s in prof.items():
-    parts = sum(s[p + "_ms"] for p in lm_profile.PARTS)
-    assert abs(parts - s["window_ms"]) < 1e-6 * s["window_ms"], (rank, s)  # the four parts fill the window
-    assert all(s[p + "_ms"] >= 0 for p in lm_profile.PARTS) and s["communication_ms"] > 0, s
-    # every collective ran while the main thread was inside a region (5%: clock granularity at the edges)
-    assert s["comm_outside_regions_ms"] <= 0.05 * s["communication_ms"], s
-    if not torch.cuda.is_available():  # the CPU/gloo ordering (on GPUs, kernels run asynchronously)
-        assert s["compute_share"] > s["communication_share"] > s["data_share"], s
-print("per rank: communication + data + compute + other = the profiled window; every collective ran "
-      "inside a region" + ("; compute > communication > data" if not torch.cuda.is_available() else ""))
+print(check_time_split(prof, lm_profile.PARTS, on_cpu=not torch.cuda.is_available()))
 
 # %% [markdown]
 # Why the split comes out as it does (on CPU the checked cell above asserts compute > communication >
@@ -290,13 +393,43 @@ print("share of the profiled window, min-max over ranks: " + ", ".join(
     f"{p} {min(v):.1f}-{max(v):.1f}%" for p, v in shares.items()))
 
 # %% [markdown]
-# ## 3. Fault tolerance: kill a rank, restart, resume exactly
+# ## 4. Fault tolerance: kill a rank, restart, resume exactly
 #
 # `disttutor/lm/checkpoint.py` saves everything the next step depends on: weights and AdamW's moments
 # with `torch.distributed.checkpoint` (`get_state_dict` — the same call serves chapter 11's sharded
 # models), the LR schedule, the scaler, the step, and **each rank's RNG state** (dropout) — as JSON
 # and weights-only tensor files, never arbitrary pickles. Saves are **atomic**: written to
 # `step_N.tmp/`, renamed to `step_N/` only when every rank has finished.
+#
+# The save, from the installed `disttutor/lm/checkpoint.py` (every rank calls it):
+
+# %%
+show_code("disttutor.lm.checkpoint", "save")
+
+# %% [markdown]
+# - `get_state_dict(model, optimizer)` returns the model's weights under plain names (no DDP
+#   `module.` prefix) and the optimizer's state keyed by parameter **name**, not by position: a
+#   checkpoint that loads into a model wrapped differently (plain, DDP, FSDP2).
+# - `dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp))` is a **collective**: every rank
+#   writes its own part (with DDP the replicas are equal and DCP de-duplicates them; with FSDP2 each
+#   rank writes its shard) plus one metadata file.
+# - the barrier, then rank 0's `os.replace(tmp, final)`: the checkpoint becomes visible only when
+#   every rank's files are on disk, and a rename is atomic, so a crash mid-save leaves only `.tmp`.
+#
+# The same calls without the course's extras, as a script you can copy (`python3 course.py plain dcp`,
+# run with `torchrun --nproc-per-node 2 dcp.py`); its load is what Exercise 10.1 builds on:
+
+# %%
+show_code("disttutor.plain.dcp", "save")
+
+# %%
+show_code("disttutor.plain.dcp", "load")
+
+# %% [markdown]
+# `dcp.load` fills the tensors of a state dict *in place*, so it needs one of the right structure
+# first: `get_state_dict` of the fresh model and optimizer (for AdamW it creates the moment tensors).
+# `set_state_dict` then hands them to model and optimizer. `tests/test_plain_scripts.py` runs this
+# script on 2 CPU ranks and checks the resumed run is bit-identical.
 #
 # We run a short job twice: uninterrupted, and with `fail_at_step=9` — rank 1 SIGKILLs itself at
 # step 9 of the first attempt. `launch(..., max_restarts=1)` is torchrun's `--max-restarts=1`: it
@@ -315,11 +448,9 @@ print(f"attempt {fr['attempt'] + 1} finished, resumed from step {fr['resumed_fro
 # %% tags=["nbval-check-output"]
 a = torch.load(os.path.join(ref_run.run_dir, FINAL_PARAMS), weights_only=True)
 b = torch.load(os.path.join(fault_run.run_dir, FINAL_PARAMS), weights_only=True)
-max_diff = max((a[k] - b[k]).abs().max().item() for k in a)
 # Same ops, same order, same data, same RNG states; with 2 ranks the all-reduce a+b does not depend on
 # DDP's bucket order (rebuilt after the restart): so the tolerance is ZERO, not "small".
-assert fr["attempt"] == 1 and fr["resumed_from"] == 8
-assert max_diff == 0.0 and fr["history"]["loss"] == ref_run.results[0]["history"]["loss"]
+max_diff = check_resumed_bitwise(a, b, fr, ref_run.results[0]["history"]["loss"], resumed_from=8)
 print(f"killed at step 9, resumed from step 8: max parameter difference vs the uninterrupted run = {max_diff}")
 
 # %%

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["source_lines", "show_code", "teach_regions", "Quote"]
+__all__ = ["source_lines", "show_code", "teach_regions", "Quote", "Deeper", "deeper"]
 
 
 def source_lines(obj: Callable | type, *needles: str, context: int = 0) -> list[str]:
@@ -112,3 +112,29 @@ def show_code(module: str, region: str | None = None) -> Quote:
         raise LookupError(f"{shown}: no single region {opener!r} ... {closer!r} (regions: {have})")
     body = [ln for ln in lines[starts[0] + 1:ends[0]] if not ln.strip().startswith(("# [teach ", "# [/teach "))]
     return Quote(shown, starts[0] + 2, ends[0], textwrap.dedent("\n".join(body)).splitlines())
+
+
+# ---------------------------------------------------------------------------------------------
+# "Deeper" material (source fragments, forensics) stays computed from the installed code but folded:
+# a collapsed <details> block in JupyterLab and the web edition, plain text in a terminal. A chapter
+# tags such a cell "deeper" (the build then hides its input too).
+class Deeper:
+    """Lines shown folded under a "Deeper: ..." summary."""
+
+    def __init__(self, title: str, lines: list[str]):
+        self.title, self.lines = title, list(lines)
+
+    def __repr__(self) -> str:
+        return f"Deeper: {self.title}\n" + "\n".join(self.lines)
+
+    def _repr_markdown_(self) -> str:
+        import html
+
+        body = html.escape("\n".join(self.lines))
+        return (f"<details><summary><b>Deeper:</b> {html.escape(self.title)}</summary>\n\n"
+                f"<pre><code>{body}</code></pre>\n\n</details>")
+
+
+def deeper(title: str, *groups: list[str]) -> Deeper:
+    """Fold lines (e.g. from :func:`source_lines`, or a table's rows) under ``Deeper: title``."""
+    return Deeper(title, [ln for g in groups for ln in g])

@@ -123,6 +123,7 @@ def save(directory: str, step: int, model: torch.nn.Module, optimizer: torch.opt
     rank, world = _rank_world()
     final = path_for(directory, step)
     tmp = final + ".tmp"
+    # [teach save]
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)  # a leftover of an earlier, interrupted save
         os.makedirs(tmp)
@@ -146,6 +147,7 @@ def save(directory: str, step: int, model: torch.nn.Module, optimizer: torch.opt
         if os.path.exists(final):  # the same step saved again (a rerun into the same directory)
             shutil.rmtree(final)
         os.replace(tmp, final)  # the commit: atomic on one file system
+    # [/teach save]
         for _, old in list_checkpoints(directory)[:-keep]:  # rotation: only after the new one is complete
             shutil.rmtree(old, ignore_errors=True)
     _barrier()  # no rank races ahead (and maybe crashes) before the checkpoint is committed

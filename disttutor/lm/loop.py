@@ -154,6 +154,7 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
     train_w = corpus.windows(train_ids, cfg.seq_len)
     val_w = corpus.windows(val_ids, cfg.seq_len)[:cfg.eval_windows]
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    # [teach setup]
     model = lm.TinyLM(tok.vocab_size, cfg.d_model, cfg.heads, cfg.layers, max_len=max(cfg.seq_len, 256),
                       dropout=cfg.dropout, activation_checkpointing=cfg.act_ckpt).to(ctx.device)
     ddp = DDP(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None)
@@ -164,6 +165,7 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
     sched = torch.optim.lr_scheduler.LambdaLR(opt_, schedule(cfg))
     prec = perf.precision(ctx.device) if (cfg.amp == "on" or (cfg.amp == "auto" and cuda)) else None
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=bool(prec and prec.scaler))
+    # [/teach setup]
     torch.manual_seed(cfg.seed + 1 + ctx.rank)  # each rank's own dropout stream
     history: dict[str, Any] = {"loss": [], "val": {}, "lr": []}
     done = 0
@@ -198,6 +200,7 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
             if str(step) not in history["val"] and step % cfg.eval_every == 0:
                 history["val"][str(step)] = evaluate(model, val_w, ctx)
                 runtime.progress(step, cfg.steps, desc=desc, val=history["val"][str(step)])  # for a live plot
+            # [teach step]
             opt_.zero_grad(set_to_none=True)
             step_loss = torch.zeros((), device=ctx.device)
             for j in range(cfg.accum):
@@ -226,6 +229,7 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
                 history["lr"].append(sched.get_last_lr()[0])
                 sched.step()
                 dist.all_reduce(step_loss)  # the reported loss is the mean over ranks (one scalar)
+            # [/teach step]
             history["loss"].append(float(step_loss) / ctx.world_size)
             times["step"] += time.perf_counter() - t2
             runtime.progress(step + 1, cfg.steps, desc=desc, loss=history["loss"][-1])

@@ -37,6 +37,7 @@ class HelloConfig:
 
 def run(cfg: HelloConfig) -> None:
     with runtime.setup() as ctx:
+        # [teach allreduce]
         x = torch.full((cfg.size,), float(ctx.rank + 1), device=ctx.device)
         before = x.tolist()
         runtime.rank_print(f"rank {ctx.rank}/{ctx.world_size} on {ctx.device} ({ctx.backend}): before {before}")
@@ -51,6 +52,7 @@ def run(cfg: HelloConfig) -> None:
         dist.all_reduce(x)  # sum over ranks, result on every rank
         expected = ctx.world_size * (ctx.world_size + 1) / 2
         runtime.rank_print(f"after all_reduce: {x.tolist()}")
+        # [/teach allreduce]
         runtime.report(before=before, after=x.tolist(), expected=expected, backend=ctx.backend,
                        device=str(ctx.device), host=socket.gethostname())
 

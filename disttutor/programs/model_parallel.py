@@ -80,6 +80,7 @@ def reference(cfg: MPConfig, world_size: int) -> tuple[torch.nn.Sequential, list
     return model, losses
 
 
+# [teach step]
 def train_step(stage, link: StageLink, x, y, act_shape, out_shape, opt) -> float | None:
     """One forward + backward + update through all stages. Returns the loss on the last stage."""
     tl, loss = link.timeline, None
@@ -103,6 +104,7 @@ def train_step(stage, link: StageLink, x, y, act_shape, out_shape, opt) -> float
     with tl.span("opt"):
         opt.step()  # each rank updates only the layers it holds: no all-reduce, nothing is replicated
     return loss
+# [/teach step]
 
 
 def run(cfg: MPConfig) -> None:

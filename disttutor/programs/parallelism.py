@@ -77,11 +77,13 @@ def split_range(n: int, parts: int, index: int) -> range:
 
 # --- communication (kept apart from the strategies that use it) -------------------------------
 
+# [teach average]
 def average_gradients(model: nn.Module, world: int) -> None:
     """Sum every gradient over the ranks, then divide: each rank ends with the full-batch mean."""
     for p in model.parameters():
         dist.all_reduce(p.grad)
         p.grad /= world
+# [/teach average]
 
 
 def recv_activation(src: int, rows: int, width: int) -> tuple[torch.Tensor, int]:
@@ -103,6 +105,7 @@ def data_parallel(cfg: SplitConfig, ctx) -> dict:
     if cfg.samples % ctx.world_size:
         raise ValueError(f"data mode: samples ({cfg.samples}) must divide evenly over {ctx.world_size} ranks, "
                          "or DistributedSampler pads with repeated samples and the mean gradient changes")
+    # [teach data]
     ds = regression(n=cfg.samples, d_in=D_IN, d_out=D_OUT, seed=cfg.seed)
     mine = list(DistributedSampler(ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=False))
     model = build_model(cfg)
@@ -111,6 +114,7 @@ def data_parallel(cfg: SplitConfig, ctx) -> dict:
     loss.backward()
     # ... so averaging the ranks' gradients gives the mean over *all* samples (equal shard sizes).
     average_gradients(model, ctx.world_size)
+    # [/teach data]
     grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     return dict(samples=mine, layers=list(range(len(model))), params_held=sum(p.numel() for p in model.parameters()),
                 local_loss=loss.item(), grad=grad.tolist())
@@ -126,12 +130,14 @@ def tensor_parallel(cfg: SplitConfig, ctx) -> dict:
     sl = slice(units.start, units.stop)
     w1, b1, w2 = fc1.weight[sl].detach(), fc1.bias[sl].detach(), fc2.weight[:, sl].detach()
     x = regression(n=cfg.samples, d_in=D_IN, d_out=D_OUT, seed=cfg.seed).tensors[0]
+    # [teach tensor]
     # Column-parallel first layer: my hidden units only, no communication (ReLU is elementwise).
     h = torch.relu(x @ w1.T + b1)
     # Row-parallel second layer: a partial sum over my hidden units; one all-reduce adds the parts.
     out = h @ w2.T
     dist.all_reduce(out)
     out += fc2.bias.detach()  # the bias is added once, after the sum (not N times)
+    # [/teach tensor]
     return dict(hidden_units=list(units), params_held=w1.numel() + b1.numel() + w2.numel() + fc2.bias.numel(),
                 out=out.tolist())
 

@@ -78,6 +78,7 @@ def run(cfg: ProfileConfig) -> None:
         g = torch.Generator().manual_seed(ctx.rank)  # each rank its own data shard
         trace = os.path.join(runtime.run_dir() or ".", f"trace_rank{ctx.rank}.json")
         steps = 2 + cfg.active
+        # [teach profile]
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
                      schedule=schedule(wait=1, warmup=1, active=cfg.active, repeat=1),
                      on_trace_ready=lambda p: p.export_chrome_trace(trace)) as prof:
@@ -93,6 +94,7 @@ def run(cfg: ProfileConfig) -> None:
                     opt_.step()
                     opt_.zero_grad()
                 prof.step()
+                # [/teach profile]
                 runtime.progress(step + 1, steps, desc="profiled steps")
         top = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:5]
         runtime.report(trace=os.path.basename(trace), peak_bytes=_peak_memory_bytes(trace),

@@ -126,6 +126,7 @@ def train_master(cfg: RpcTrainConfig) -> list[float]:
     # notebook imports this module only for reference() and the config
     from torch.distributed.optim import DistributedOptimizer
 
+    # [teach master]
     model = RemoteStages(cfg)
     x, y = batch(cfg)
     opt = DistributedOptimizer(optim.SGD, model.parameter_rrefs(), lr=cfg.lr)
@@ -138,6 +139,7 @@ def train_master(cfg: RpcTrainConfig) -> list[float]:
             dist_autograd.backward(ctx_id, [loss])  # not loss.backward(): that stops at the first RPC
             opt.step(ctx_id)                        # each worker applies SGD to its own parameters
         losses.append(loss.item())
+        # [/teach master]
         print(f"step {step + 1}/{cfg.steps}  loss {losses[-1]:.4f}", flush=True)
     for i, r in enumerate(model.rrefs):
         rpc.rpc_sync(r.owner(), report_stage, args=(i, r))

@@ -92,6 +92,7 @@ class InFlight:
     work: dist.Work = field(repr=False)
 
 
+# [teach bucket]
 def launch_bucket(params: list[nn.Parameter]) -> InFlight:
     """Copy a bucket's gradients into one flat buffer and start an async SUM all-reduce on it.
 
@@ -112,3 +113,4 @@ def finish_bucket(b: InFlight, world_size: int) -> None:
         n = p.numel()
         p.grad.copy_(b.flat[offset:offset + n].view_as(p.grad))
         offset += n
+# [/teach bucket]

@@ -78,6 +78,7 @@ class BucketedDDP(nn.Module):
         self._next = 0                                  # the next bucket to launch
         self._inflight: list[InFlight] = []
 
+    # [teach hook]
     def _grad_ready(self, p: nn.Parameter) -> None:
         if self.trace is not None:
             self.trace.append(("grad", self._names[id(p)]))
@@ -91,6 +92,7 @@ class BucketedDDP(nn.Module):
             if self.trace is not None:
                 self.trace.append(("launch", self._next))
             self._next += 1
+    # [/teach hook]
 
     def finish(self) -> None:
         """Wait for every bucket, average, copy back. Call before ``optimizer.step()``."""
