@@ -7,40 +7,11 @@ functions, on the same shapes, in the same order.
 """
 from __future__ import annotations
 
-import atexit
-import contextlib
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from torch import nn
-
-# Why the tensors of the last collectives are kept here, and why the group is destroyed at exit.
-# gloo completes a work on its own worker thread and drops that thread's reference to the work's
-# tensors a moment AFTER the waiting rank has been released. If Python lets go of such a tensor
-# first (a test returns, its model is freed), torch hands the tensor's Python object to C++, and
-# the worker's later release must take the GIL; if the interpreter is finalising by then, the
-# thread is torn down inside C++ and the process ends in "terminate called without an active
-# exception" (SIGABRT) after every check has passed. Measured with an outside course's harness
-# (mp.spawn, 2 gloo ranks, 5 steps, no destroy_process_group) under load: bucketed 4 aborts in
-# 23 runs, naive 1 in 50. Torch's DDP does not meet it: its buckets never have a Python object.
-# So: Python keeps the last step's tensors (the worker's release is then a plain refcount drop),
-# and at exit, while threads may still take the GIL, the gloo group is destroyed (its threads are
-# joined) before those references go.
-_LAST_SENT: list[torch.Tensor] = []
-
-
-def keep_sent(tensors: list[torch.Tensor]) -> None:
-    """Hold the tensors of this step's collectives until the next step (or the exit), see above."""
-    _LAST_SENT[:] = tensors
-
-
-@atexit.register
-def _release_at_exit() -> None:
-    with contextlib.suppress(Exception):
-        if dist.is_initialized() and dist.get_backend() == "gloo":
-            dist.destroy_process_group()
-    _LAST_SENT.clear()
 
 
 def allreduce_mean_(tensors: list[torch.Tensor]) -> int:
@@ -54,7 +25,6 @@ def allreduce_mean_(tensors: list[torch.Tensor]) -> int:
     for t in tensors:
         dist.all_reduce(t)  # SUM over ranks ...
         t.div_(world)       # ... then the mean: the gradient of the global mean loss
-    keep_sent(list(tensors))    # see _LAST_SENT: gloo's thread may still hold them for a moment
     return len(tensors)
 
 

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from disttutor.scratch.buckets import InFlight, allreduce_mean_, finish_bucket, keep_sent, launch_bucket, plan_buckets
+from disttutor.scratch.buckets import InFlight, allreduce_mean_, finish_bucket, launch_bucket, plan_buckets
 
 
 def broadcast_params_(module: nn.Module, src: int = 0) -> None:
@@ -105,13 +105,11 @@ class BucketedDDP(nn.Module):
             # process aborts ("terminate called without an active exception") after its report.
             for b in self._inflight:
                 b.work.wait()
-            keep_sent([b.flat for b in self._inflight])
             self._reset()
             raise RuntimeError(f"bucket {k} never filled: no gradient for {idle or 'some parameters'} "
                                "in this backward (unused parameters?). Every rank would wait for it forever.")
         for b in self._inflight:
             finish_bucket(b, self.world)
-        keep_sent([b.flat for b in self._inflight])  # gloo's thread may hold them a moment longer
         if self.trace is not None:
             self.trace.append(("finish", len(self._inflight)))
         self._reset()
