@@ -2,14 +2,12 @@
 
 The notebook runs each part on 2 ranks (nbval checks it); here one launch on 4 ranks checks every
 part where the split is deeper (a ring of 4 steps, one expert per rank, hidden units split in 4),
-the plain script runs on 2 CPU ranks, and the exercises' checkers meet realistic wrong answers.
+the exercises' checkers meet realistic wrong answers.
 Timeouts: a 4-rank launch takes ~20 s idle and ~60 s at load average 15 on the shared 2-core box.
 """
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -116,29 +114,6 @@ def test_sizes_that_do_not_split_fail_in_one_line(no_leftovers):
     assert any("does not split over 3 ranks" in (r.error or "") for r in run.ranks), run.summary()
     run = disttutor.launch("tensor_sequence_expert", nproc=2, args={"part": "placements"}, check=False, **LAUNCH)
     assert any("run it on 4 ranks" in (r.error or "") for r in run.ranks), run.summary()
-
-
-@pytest.mark.timeout(TIMEOUT)
-def test_plain_script_runs_on_two_cpu_ranks(tmp_path, no_leftovers):
-    import signal
-
-    from disttutor.launcher.launch import free_port
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           os.path.join(ROOT, "disttutor", "plain", "tp.py")]
-    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)  # its own process group: a hang is killed whole below
-    try:
-        out, _ = p.communicate(timeout=300)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    assert p.returncode == 0, out
-    lines = [ln for ln in out.splitlines() if "max difference from the unsplit MLP" in ln]
-    assert sorted(ln.split(":")[0] for ln in lines) == ["rank 0", "rank 1"]
-    assert all("holds (32, 16) of (64, 16)" in ln for ln in lines)
 
 
 @pytest.mark.timeout(TIMEOUT)

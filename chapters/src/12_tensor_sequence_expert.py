@@ -10,7 +10,14 @@
 # relieves: data parallelism → ZeRO/FSDP → **tensor** → **sequence** → **context** → pipeline →
 # **expert** parallelism. This chapter builds the four in bold from scratch on CPU ranks, compares
 # each with one process running the unsplit module, and counts the collectives each one calls.
-#
+
+# %% tags=["chapter-header"]
+import disttutor.course.chapters
+from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
+
+disttutor.course.chapters.header(12)
+
+# %% [markdown] tags=["opening"]
 # **After this chapter you can**
 # - split an MLP and an attention block over ranks by hand (Megatron's column- then row-parallel
 #   layers and their `f`/`g` operators) and with torch's `parallelize_module`, and say where each
@@ -21,11 +28,6 @@
 #   mixture-of-experts layer whose experts live on different ranks (`all_to_all_single`), and read
 #   DTensor placements, `_StridedShard` included, from a picture.
 
-# %% tags=["chapter-header"]
-import disttutor.course.chapters
-
-disttutor.course.chapters.header(12)
-
 # %%
 import os
 
@@ -34,7 +36,6 @@ import torch
 import torch.distributed as dist
 
 import disttutor
-from disttutor.checks import hint
 from disttutor.checks.tensor_parallel import check_merge, check_row_parallel
 from disttutor.checks.tolerances import SPLIT_TENSOR_ATOL
 from disttutor.course.source import show_code
@@ -153,6 +154,9 @@ print(f"DTensor attention, backward: {att['backward']['all_reduce']} all-reduces
 # Write `backward(ctx, grad_y)`: return the gradients of `x_shard`, `w_shard` and `bias`. Think
 # first about whether it needs to communicate. The checker compares each rank's gradients with the
 # matching slices of an unsplit `nn.Linear`'s, and records every collective your backward calls.
+
+# %%
+card("12.1")
 
 # %%
 class RowParallelLinear(torch.autograd.Function):
@@ -319,6 +323,9 @@ assert all(r["calls"] == {"isend": len(CP) - 1, "irecv": len(CP) - 1} for r in C
 # aimed at the usual mistakes (blocks of different size, scores large enough to overflow `exp`,
 # blocks that saw no key at all: `lse = -inf`, output 0), then runs the ring with your merge on the
 # ranks against full causal attention.
+
+# %%
+card("12.2")
 
 # %%
 def merge(out_a, lse_a, out_b, lse_b):
@@ -500,28 +507,21 @@ show_code("disttutor.plain.tp")
 
 # %% [markdown] tags=["question"]
 # **3. Predict, then run.** Ring attention on **4** ranks, causal mask: how many `isend` calls does
-# one rank make in one forward pass? Write your number in the next cell, then run the one after it.
-#
-# <details><summary>Answer</summary>
-#
-# `n - 1 = 3`: the key/value block travels `n - 1` hops to reach every rank; the last block a rank
-# receives is not passed on. The send happens even for blocks the causal mask skips, so that every
-# rank takes part in every step of the ring.
-# </details>
+# one rank make in one forward pass? Write your number into `my_prediction`, then run the cell after it.
 
 # %% tags=["predict"]
-PREDICTION = None  # your answer: isend calls per rank, 4 ranks
+my_prediction = None  # a number: isend calls per rank in one forward, 4 ranks
 
 # %%
 cp4 = disttutor.launch(PROGRAM, nproc=4, args={"part": "cp"}, **LAUNCH)
 measured = {r["cp"]["calls"]["isend"] for r in cp4.results}
-assert len(measured) == 1 and all(r["cp"]["diff"] <= TOL for r in cp4.results)
+assert len(measured) == 1 and all(r["cp"]["diff"] <= TOL for r in cp4.results)  # same count on every rank
 (MEASURED,) = measured
-print(f"measured: {MEASURED} isend calls per rank on 4 ranks; ring attention {verdict(max(r['cp']['diff'] for r in cp4.results))}")
-if PREDICTION is None:
-    print("(write your prediction in the cell above and run both again)")
-else:
-    print("your prediction is right" if PREDICTION == MEASURED else f"you predicted {PREDICTION}: see the answer above")
+reveal("12.q3", my_prediction, MEASURED, rel_tol=0,  # a count of calls: exact
+       explain=f"Each rank sent {MEASURED} times on 4 ranks (ring attention {verdict(max(r['cp']['diff'] for r in cp4.results))}): "
+       "the key/value block travels n - 1 hops to reach every rank, and the last block a rank receives is not "
+       "passed on. The send happens even for blocks the causal mask skips, so that every rank takes part in "
+       "every step of the ring.")
 
 # %%
 disttutor.course.chapters.glossary(12)
