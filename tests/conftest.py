@@ -45,6 +45,7 @@ SLOW_FIRST = [
     "chapters/10_capstone_lm.ipynb",        # ~200
     "tests/test_ch08_performance.py",       # comm hooks + AMP ~120, tuning, data loading
     "chapters/04_ddp.ipynb",                # ~170
+    "chapters/11_beyond_ddp.ipynb",         # ~165 (FSDP2 in full: profiled steps, DCP, memory tracker)
     "chapters/08_performance.ipynb",        # ~150
     "chapters/13_at_scale.ipynb",           # ~150 under load (five launches on 2 ranks)
     "chapters/02_process_groups_collectives.ipynb",  # ~140
@@ -59,6 +60,10 @@ SLOW_FIRST = [
     "chapters/07_pipeline_parallel.ipynb",  # ~105
     "tests/test_ch05_multi_node.py",        # ~90: the article's double spawn
     "tests/test_ch04_scratch.py",           # ~80: the DDP checkers' wrong answers
+    "tests/test_ch07_zero_bubble.py",       # ~45 idle: zero-bubble and balance launches
+    "tests/test_ch08_links.py",             # ~45 idle: the emulated link fitted back, hooks vs one process
+    "tests/test_ch11_fsdp2.py",             # ~40: FSDP2's bytes on 4 ranks
+    "tests/test_plain_scripts.py",          # ~30: every plain script on 2 ranks
     "tests/test_slurm.py",                  # ~60: six sbatch jobs on a local two-node Slurm
     "tests/test_ch09_troubleshoot.py",
     "tests/test_ch10_train.py",
