@@ -73,7 +73,9 @@ class CommRecorder:
     ``2 (n-1)/n`` times that on the wire per rank; the ratio between two hooks is the same.
     """
 
-    _OPS = ("all_reduce", "all_gather", "all_gather_into_tensor")
+    # torch 2.13 spells the flat gather all_gather_single; torch's own hooks and older code still call
+    # all_gather_into_tensor (deprecated): record both.
+    _OPS = ("all_reduce", "all_gather", "all_gather_single", "all_gather_into_tensor")
 
     def __init__(self):
         self.calls: list[tuple[str, int, int]] = []

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 # torch.distributed calls that wait for the other ranks (the innermost one on a stack is "the" collective)
 COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather", "all_gather_object", "reduce_scatter",
                "reduce", "gather", "scatter", "all_to_all", "send", "recv", "monitored_barrier",
+               "all_gather_single", "reduce_scatter_single", "all_to_all_single",  # torch 2.13's names
                "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast_object_list", "wait")
 _FRAME = re.compile(r"^\s+(?P<func>\S+) \((?P<file>[^:]+):(?P<line>\d+)\)")
 DUMP_TIMEOUT_S = 30.0
