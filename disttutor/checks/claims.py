@@ -53,8 +53,11 @@ def check_time_split(prof: Mapping[int, Mapping[str, float]], parts: Iterable[st
         total = sum(s[p + "_ms"] for p in parts)
         claim(abs(total - s["window_ms"]) < 1e-6 * s["window_ms"], f"rank {rank}: the parts do not fill the window: {s}")
         claim(all(s[p + "_ms"] >= 0 for p in parts) and s["communication_ms"] > 0, f"rank {rank}: {s}")
-        # 5%: the profiler's clock granularity at the edges of regions
-        claim(s["comm_outside_regions_ms"] <= 0.05 * s["communication_ms"],
+        # Gloo records a collective's span on its own worker thread, so the span's end can fall a little after
+        # the main thread's region that waited for it has closed: an edge effect per step, not a share of the
+        # communication (0.06-1.25 ms over 3 steps measured on an idle 2-core machine, where communication was
+        # 10-57 ms). Hence 5 % of the communication plus 0.5 ms per profiled step.
+        claim(s["comm_outside_regions_ms"] <= 0.05 * s["communication_ms"] + 0.5 * s["steps"],
               f"rank {rank}: collectives outside any region: {s}")
         if on_cpu:  # gloo on CPU runs collectives synchronously; on GPUs kernels are asynchronous
             claim(s["compute_share"] > s["communication_share"] > s["data_share"], f"rank {rank}: ordering {s}")
