@@ -332,9 +332,11 @@ for cfg_name, m in mem[0].items():
 block_bytes, root_bytes = up["block"] * 4, up["root"] * 4
 for rank, m in mem.items():
     t, f, ac = m["reshard_after_forward=True"], m["reshard_after_forward=False"], m["True + activation checkpointing"]
-    # resharding: one block's full weights alive at a time (two while a prefetched one arrives), plus the root's.
-    # The snapshot is taken at the step's peak total; gloo frees buffers on its own thread, so allow the second block.
-    assert root_bytes < t["UNSHARDED_PARAM"] <= 2 * block_bytes + root_bytes, (rank, t)
+    # resharding: at most one block's full weights alive at a time (two while a prefetched one arrives), plus the
+    # root's. The snapshot is taken at the step's peak total, whose moment varies from run to run (gloo frees
+    # buffers on its own thread): on one rank it fell in backward with only part of the root gathered (18,944
+    # bytes), so only the upper bound is a claim.
+    assert t["UNSHARDED_PARAM"] <= 2 * block_bytes + root_bytes, (rank, t)
     assert f["UNSHARDED_PARAM"] > t["UNSHARDED_PARAM"] and f["Total"] > t["Total"]
     assert ac["ACT"] < t["ACT"]  # only the blocks' inputs are kept, the rest is recomputed
 t0, f0 = mem[0]["reshard_after_forward=True"], mem[0]["reshard_after_forward=False"]
