@@ -510,15 +510,21 @@ print(f"- the formula misses by {min(r['measured'] - r['theory'] for r in sweep)
       f"{'within' if worst <= 0.05 else 'NOT within'} 0.05 on this run).")
 # Overhead only adds idle time (up to NOISE), and the model, which knows the overhead, must do at least as
 # well as the formula: its mean miss under half the formula's, or within NOISE where the formula is close.
-assert all(r["measured"] > r["theory"] - NOISE for r in sweep)
+above = all(r["measured"] > r["theory"] - NOISE for r in sweep)
 miss_model = sum(abs(r["model"] - r["measured"]) for r in sweep) / len(sweep)
 miss_formula = sum(abs(r["theory"] - r["measured"]) for r in sweep) / len(sweep)
-assert miss_model < max(miss_formula / 2, NOISE), (miss_model, miss_formula)
-if quiet:  # a rank per core and nothing else running: the model's miss is asserted, not only reported
+print(f"- measured >= formula - {NOISE} at every m: {above}; the model's mean miss {miss_model:.3f} against the "
+      f"formula's {miss_formula:.3f}")
+# Timing claims: asserted with a rank per core and nothing else running. Under load a rank that loses its
+# core stretches some slots and not others, and the equal-slot formula no longer bounds the measurement
+# (a CI run with other tests beside it measured a bubble more than NOISE below the formula).
+if quiet:
+    assert above, sweep
+    assert miss_model < max(miss_formula / 2, NOISE), (miss_model, miss_formula)
     assert worst <= 0.05, f"model misses by {worst:.2f} on a quiet machine"
 else:
-    print(f"(load average {max(load_before, load_after):.1f} on {n_cores} cores during the sweep: the 0.05 check "
-          "is reported, not asserted)")
+    print(f"(load average {max(load_before, load_after):.1f} on {n_cores} cores during the sweep: these checks "
+          "are reported, not asserted)")
 
 # %% [markdown]
 # `benchmarks/bench_pipeline.py` makes the same comparison with one launch per configuration (GPipe
