@@ -566,7 +566,8 @@ print("1F1B with m=1 on 2 stages ended on its own:", trap_m.outcome == "finished
 for r in trap_m.ranks:
     print(f"rank {r.rank}: {r.error}")
 assert not trap_m.ok and trap_m.outcome == "finished"
-assert all("must be greater than or equal to the number of stages" in r.error for r in trap_m.ranks)
+# the rank that raised names the cause; a peer may instead report the lost connection, so: at least one
+assert any("must be greater than or equal to the number of stages" in (r.error or "") for r in trap_m.ranks)
 
 # %% [markdown]
 # **Mismatched shapes between stages.** Stage 1 was written for activations of width 129 but stage 0

@@ -338,7 +338,9 @@ for rank, m in mem.items():
     # bytes), so only the upper bound is a claim.
     assert t["UNSHARDED_PARAM"] <= 2 * block_bytes + root_bytes, (rank, t)
     assert f["UNSHARDED_PARAM"] > t["UNSHARDED_PARAM"] and f["Total"] > t["Total"]
-    assert ac["ACT"] < t["ACT"]  # only the blocks' inputs are kept, the rest is recomputed
+    # only the blocks' inputs are kept, the rest is recomputed; the snapshot's moment varies per rank (above), so
+    # the claim is on the largest activation peak of the step over ranks, not on each rank's snapshot
+assert max(m["True + activation checkpointing"]["ACT"] for m in mem.values()) < max(m["reshard_after_forward=True"]["ACT"] for m in mem.values())
 t0, f0 = mem[0]["reshard_after_forward=True"], mem[0]["reshard_after_forward=False"]
 print(f"full weights at the peak: with resharding {t0['UNSHARDED_PARAM']} bytes = "
       f"{(t0['UNSHARDED_PARAM'] - root_bytes) / block_bytes:.0f} block(s) + the root ({block_bytes} + {root_bytes}); "
