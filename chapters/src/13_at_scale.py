@@ -108,7 +108,7 @@ assert gamma > 0 and set(links) == set(costmodel.COLLECTIVES)
 # * chapter 7's GPipe (`pipeline`, 2 stages of two 1,024-wide layers, 4 micro-batches of 64 rows):
 #   `m + p − 1` slots of the slowest stage, plus the hand-offs of the fill and drain chains.
 #
-# The sum is deliberate: the model assumes no overlap of communication with compute (on 2 cores a
+# The sum is deliberate: the model assumes no overlap of communication with compute (with one core per rank, a
 # rank's gloo thread competes with its own compute thread).
 
 # %%
