@@ -36,6 +36,9 @@ import torch
 from torch import nn
 
 import disttutor
+from disttutor.checks.claims.ch01 import (check_autocast, check_calculator, check_data_parallel, check_layer_parallel,
+                                          check_mixed_precision, check_opposites, check_pipeline, check_state_bytes,
+                                          check_tensor_parallel, check_transformer_layer)
 from disttutor.course.source import show_code
 from disttutor.launcher.results import format_table
 from disttutor.sharding import memory as mem
@@ -94,21 +97,15 @@ for name, make_opt in [("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1)),
     one_step(m, opt)
     measured[name] = mem.measured_state_bytes(m, opt)
 
-rows = []
-for name, got in measured.items():
-    want = mem.bytes_per_param("fp32", name)
-    for part in ("weights", "gradients", "optimizer"):
-        assert got[part] == want[part] * P, (name, part, got[part], want[part] * P)
-    rows.append({"optimizer": name, **{f"{k} B/param": got[k] / P for k in ("weights", "gradients", "optimizer")},
-                 "step counters (B)": got["step_counters"]})
+rows = [{"optimizer": name, **{f"{k} B/param": got[k] / P for k in ("weights", "gradients", "optimizer")},
+         "step counters (B)": got["step_counters"]} for name, got in measured.items()]
 n_tensors = len(list(model.parameters()))
-# Adam's `step` is one fp32 scalar per parameter *tensor* (6 here), not per parameter.
-assert measured["adam"]["step_counters"] == 4 * n_tensors
 print(f"MLP with {P:,} parameters in {n_tensors} tensors; measured bytes per parameter:")
 print(format_table(rows))
+print(check_state_bytes(measured, P, n_tensors))
 
 # %% [markdown]
-# The measured numbers are exactly the table's fp32 rows (the `assert`s above). The mixed-precision
+# The measured numbers are exactly the table's fp32 rows (the check above). The mixed-precision
 # row needs a second copy of the weights: there is no built-in "master weights" optimizer in
 # PyTorch, so let us build the scheme by hand — 16-bit model, fp32 master copy, Adam on the master —
 # and measure it too. We also check what `torch.autocast` (the API chapter 8 uses) does: it keeps
@@ -126,17 +123,13 @@ mixed = mem.measured_state_bytes(half)  # 16-bit weights and gradients
 mixed["optimizer"] = (sum(p.numel() * p.element_size() for p in master)  # the fp32 master copy
                       + sum(t.numel() * t.element_size() for st in opt.state.values()
                             for k, t in st.items() if k != "step"))  # Adam's exp_avg, exp_avg_sq
-want = mem.bytes_per_param("mixed", "adam")
-for part in ("weights", "gradients", "optimizer"):
-    assert mixed[part] == want[part] * P, (part, mixed[part], want[part] * P)
-print("mixed precision + Adam, bytes/param:", {k: mixed[k] / P for k in want}, "total", sum(mixed[k] for k in want) / P)
+print(check_mixed_precision(mixed, P))
 
 auto = seeded(MLP, 0, 256, [512, 512], 10)
 with torch.autocast("cpu", dtype=torch.bfloat16):
     y = auto(x)
 nn.functional.mse_loss(y.float(), target).backward()
-assert y.dtype == torch.bfloat16 and all(p.grad.dtype == torch.float32 for p in auto.parameters())
-print("autocast: output", y.dtype, "| parameters and gradients", {p.grad.dtype for p in auto.parameters()})
+print(check_autocast(y, auto))
 
 # %% [markdown]
 # ### Activations
@@ -172,17 +165,14 @@ for batch in (16, 64):
 # %%
 h, a, s, b = 64, 4, 32, 2
 layer = seeded(nn.TransformerEncoderLayer, 0, h, a, 4 * h, dropout=0.1, batch_first=True)
-n_layer = sum(p.numel() for p in layer.parameters())
-assert n_layer == 12 * h * h + 13 * h  # the per-block term of mem.transformer_params
+n_layer = sum(p.numel() for p in layer.parameters())  # 12h^2 + 13h: the per-block term of mem.transformer_params
 xs = torch.randn(b, s, h)
 got = mem.saved_activation_bytes(lambda: layer(xs), params=layer.parameters())
 est = mem.activation_bytes_per_layer(s, b, h, a, elem_bytes=4)
 ratio = got / est
 print(f"layer parameters {n_layer:,} = 12h^2 + 13h;  activations: measured {got:,} B, estimate {est:,.0f} B, "
       f"ratio {ratio:.2f}")
-# The estimate describes a different implementation (e.g. PyTorch eager keeps fp32 dropout masks and a
-# second copy of the ReLU output); we only claim it gets the order of magnitude right.
-assert 0.5 < ratio < 2.0
+print(check_transformer_layer(n_layer, h, ratio))
 
 # %% [markdown]
 # PyTorch eager mode saves somewhat *more* than the estimate (the printed ratio), because it keeps
@@ -212,15 +202,9 @@ assert 0.5 < ratio < 2.0
 rows, fig = calculator_view("GPT 7B-like (32 x 4096)", batch=32, seq=1024, precision="mixed", optimizer="adam", n=8)
 plt.show()
 print(format_table(rows))
-by = {r["strategy"]: r for r in rows}
-states = ("weights", "gradients", "optimizer")
-one, dp, z3 = by["1 device"], by["DP x8"], by["ZeRO-3/FSDP x8"]
 cfg = mem.TrainingSetup(layers=32, hidden=4096, heads=32, seq=1024, batch=32)
-assert abs(sum(one[k] for k in states) - 16 * cfg.params / mem.GIB) < 0.01  # 16 B/param (rounding to 3 decimals)
-assert all(dp[k] == one[k] for k in states)             # DP does not shrink the model states at all ...
-assert abs(dp["activations"] - one["activations"] / 8) < 0.01  # ... only the activations
-assert one["total"] > 80 and z3["total"] < 80            # one 80 GiB device: no; 8 with ZeRO-3: yes
-print(f"\n{cfg.params / 1e9:.2f}B parameters; model states alone on one device: {sum(one[k] for k in states):.1f} GiB")
+print()
+print(check_calculator(rows, cfg.params, n=8, device_gib=80))
 
 # %% [markdown]
 # Read the bars: plain data parallelism (`DP x8`) leaves every device with the *same* 100 GiB of
@@ -343,15 +327,10 @@ def view(mode, *keys):
 # %% tags=["nbval-check-output"]
 print(view("data", "samples", "params_held"))
 samples = [res.results[r]["data"]["samples"] for r in range(W)]
-assert sorted(i for s_ in samples for i in s_) == list(range(32))  # a disjoint cover of the samples
-
-ref = seeded(MLP, 0, 16, [32, 32, 32], 4)
+ref = seeded(MLP, 0, 16, [32, 32, 32], 4)  # one process, the whole batch
 nn.functional.mse_loss(ref(X), Y).backward()
 g_ref = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
-for r in range(W):
-    # Same math, different summation order (4 shards + all-reduce vs one batch): float32 rounding only.
-    torch.testing.assert_close(torch.tensor(res.results[r]["data"]["grad"]), g_ref, rtol=1e-5, atol=1e-6)
-print("every rank's averaged gradient == the single-process full-batch gradient:", True)
+print(check_data_parallel(samples, [res.results[r]["data"]["grad"] for r in range(W)], g_ref, n_samples=32))
 
 # %%
 ownership_picture("data parallel", samples, 32, "sample index",
@@ -369,14 +348,10 @@ plt.show()
 # %% tags=["nbval-check-output"]
 print(view("tensor", "hidden_units", "params_held"))
 units = [res.results[r]["tensor"]["hidden_units"] for r in range(W)]
-assert sorted(i for u in units for i in u) == list(range(32))  # each hidden unit lives on exactly one rank
-ref_t = seeded(MLP, 0, 16, [32], 4)
+ref_t = seeded(MLP, 0, 16, [32], 4)  # the unsplit block, in one process
 with torch.no_grad():
     want_t = ref_t(X)
-for r in range(W):
-    # The all-reduce sums four partial products instead of one 32-term dot product: rounding only.
-    torch.testing.assert_close(torch.tensor(res.results[r]["tensor"]["out"]), want_t, rtol=1e-5, atol=1e-6)
-print("every rank holds the full output == single-process output:", True)
+print(check_tensor_parallel(units, [res.results[r]["tensor"]["out"] for r in range(W)], want_t, n_units=32))
 
 # %%
 ownership_picture("tensor parallel", units, 32, "hidden unit",
@@ -394,18 +369,10 @@ plt.show()
 # %% tags=["nbval-check-output"]
 print(view("layer", "layers", "params_held", "ticks"))
 layers = [res.results[r]["layer"]["layers"] for r in range(W)]
-assert sorted(i for l_ in layers for i in l_) == list(range(7))  # 4 Linear + 3 ReLU modules, each on one rank
 with torch.no_grad():
-    want_l = ref(X)
-# Same ops in the same order, yet not bit-exact across processes: a matmul's last bits depend on the
-# kernel the CPU library picks (AVX2 or AVX-512, the memory alignment of its inputs), and the ranks and
-# this kernel need not pick the same one. So: equal to float32 rounding.
-torch.testing.assert_close(torch.tensor(res.results[W - 1]["layer"]["out"]), want_l, rtol=1e-5, atol=1e-6)
+    want_l = ref(X)  # the whole model, in one process
 ticks = [res.results[r]["layer"]["ticks"] for r in range(W)]
-n_ticks = max(max(t) for t in ticks) + 1
-busy = sum(len(t) for t in ticks) / (W * n_ticks)
-assert n_ticks == W and busy == 1 / W
-print(f"{n_ticks} ticks, each rank busy in 1 of them: utilisation {busy:.0%}")
+print(check_layer_parallel(layers, res.results[W - 1]["layer"]["out"], want_l, ticks, n_modules=7))  # 4 Linear + 3 ReLU
 
 # %%
 ownership_picture("layer model parallel", layers, 7, "module of the Sequential (even = Linear, odd = ReLU)",
@@ -426,20 +393,10 @@ plt.show()
 # %% tags=["nbval-check-output"]
 print(view("pipeline", "layers", "micro_batches", "ticks"))
 pl = [res.results[r]["pipeline"] for r in range(W)]
-assert [p["layers"] for p in pl] == layers  # the very same split of the model ...
-assert all(p["micro_batches"] == [0, 1, 2, 3] for p in pl)  # ... and every stage sees every sample
-# Each output row depends only on its own input row, but a matmul kernel may block 8 rows differently
-# from 32: allow float32 rounding (assert_close's default float32 tolerances).
-torch.testing.assert_close(torch.tensor(pl[-1]["out"]), want_l)
-M = 4
-assert all(p["ticks"] == [r + m for m in range(M)] for r, p in enumerate(pl))  # stage r does micro-batch m at tick r+m
-n_ticks_p = max(max(p["ticks"]) for p in pl) + 1
-busy_p = sum(len(p["ticks"]) for p in pl) / (W * n_ticks_p)
-assert n_ticks_p == M + W - 1
-print(f"{M} micro-batches on {W} stages: {n_ticks_p} ticks (M + N - 1) instead of {M * W} without overlap; "
-      f"utilisation {busy_p:.0%}, bubble {1 - busy_p:.0%} = (N-1)/(M+N-1)")
+print(check_pipeline(pl, layers, want_l, M=4))
 
 # %%
+n_ticks_p = max(max(p["ticks"]) for p in pl) + 1
 fig, ax = plt.subplots(figsize=(9, 1.9))
 for r, p in enumerate(pl):
     for m, t in zip(p["micro_batches"], p["ticks"]):
@@ -475,8 +432,7 @@ table = [
      "ranks processing each sample": copies([p["samples"] for p in pl], 32)},
 ]
 print(format_table(table))
-assert table[0]["ranks holding each layer"] == [W] and table[0]["ranks processing each sample"] == [1]
-assert table[1]["ranks holding each layer"] == [1] and table[1]["ranks processing each sample"] == [W]
+print(check_opposites(table, W))
 
 # %% [markdown]
 # Data parallelism replicates the model and splits the samples; pipeline parallelism splits the model
