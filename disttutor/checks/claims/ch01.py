@@ -150,4 +150,5 @@ def check_opposites(table: Sequence[Mapping[str, Any]], W: int) -> str:
           f"data parallel should replicate every layer on {W} ranks and give each sample to one: {data}")
     claim(pipe["ranks holding each layer"] == [1] and pipe["ranks processing each sample"] == [W],
           f"pipeline should keep each layer on one rank and pass each sample through all {W}: {pipe}")
-    return f"data: each layer on all {W} ranks, each sample on 1; pipeline: each layer on 1 rank, each sample on all {W}"
+    return (f"data: each layer on all {W} ranks, each sample on 1; "
+            f"pipeline: each layer on 1 rank, each sample on all {W}")

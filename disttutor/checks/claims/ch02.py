@@ -13,7 +13,8 @@ def check_process_groups(results: Sequence[Mapping[str, Any]], group_size: int =
     """Ranks 0..n-1; a collective with ``group=`` adds only that group's members (even/odd ranks, blocks of
     ``group_size``), each rank knows its rank inside each group, and the default group adds everybody."""
     n = len(results)
-    claim([rep["rank"] for rep in results] == list(range(n)), f"ranks should be 0..{n - 1}: {[r['rank'] for r in results]}")
+    claim([rep["rank"] for rep in results] == list(range(n)),
+          f"ranks should be 0..{n - 1}: {[r['rank'] for r in results]}")
     for r, rep in enumerate(results):
         parity = [q for q in range(n) if q % 2 == r % 2]
         block = [q for q in range(n) if q // group_size == r // group_size]
@@ -87,7 +88,8 @@ _SAYS = {"broadcast": "every rank holds rank 0's x", "reduce": "rank 0 holds the
          "reduce_scatter": "rank i holds chunk i of the sum (the all-reduce equivalent agrees)",
          "gather": "rank 0 holds every x, in rank order", "scatter": "rank i holds chunk i of rank 0's x",
          "all_to_all": "rank i holds chunk i of every rank, in rank order",
-         "send_recv": "each odd rank holds its even partner's x", "isend_irecv": "every rank holds its left neighbour's x"}
+         "send_recv": "each odd rank holds its even partner's x",
+         "isend_irecv": "every rank holds its left neighbour's x"}
 
 
 def check_collective(op: str, results: Sequence[Mapping[str, Any]], X: torch.Tensor, X_BIG: torch.Tensor) -> str:
@@ -123,7 +125,8 @@ def check_live_collectives(y: Sequence[torch.Tensor], z: Sequence[torch.Tensor],
     for r in range(len(y)):
         claim(torch.equal(y[r], X.sum(0)), f"rank {r}: all_reduce gave {y[r].tolist()}, expected {X.sum(0).tolist()}")
         group = X[[q for q in range(len(X)) if q % 2 == r % 2]].sum(0)
-        claim(torch.equal(z[r], group), f"rank {r}: the group's all_reduce gave {z[r].tolist()}, expected {group.tolist()}")
+        claim(torch.equal(z[r], group),
+              f"rank {r}: the group's all_reduce gave {z[r].tolist()}, expected {group.tolist()}")
         claim(torch.equal(torch.stack(list(gathered[r])), X),
               f"rank {r}: all_gather gave {torch.stack(list(gathered[r])).tolist()}, expected {X.tolist()}")
     return "live results == one-process reference on every rank"

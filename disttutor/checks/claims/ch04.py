@@ -20,14 +20,16 @@ def check_ddp_run(results: Sequence[Mapping[str, Any]]) -> str:
     claim(all(a == before[0] for a in after), f"after the wrap every rank should hold rank 0's weights "
                                               f"({before[0]}): {after}")
     for key in ("data_sha", "final_sha", "epoch_loss"):  # the averaged loss is one number, the same on every rank
-        claim(all(r[key] == r0[key] for r in results), f"{key} should be the same on every rank: {[r[key] for r in results]}")
+        claim(all(r[key] == r0[key] for r in results),
+              f"{key} should be the same on every rank: {[r[key] for r in results]}")
     article = [r["article_data_sha"] for r in results]
     claim(len(set(article)) == len(results), f"the article's unseeded datasets should all differ: {article}")
     claim(not any(k.startswith("module.") for k in r0["saved_keys"]), f"saved keys carry 'module.': {r0['saved_keys']}")
     claim(all(k.startswith("module.") for k in r0["ddp_keys"]), f"DDP's own keys lack 'module.': {r0['ddp_keys']}")
     claim(all(r["loaded_equal"] for r in results), f"loaded_equal per rank: {[r['loaded_equal'] for r in results]}")
-    return (f"the wrap gave all {len(results)} ranks rank 0's weights; one dataset, one averaged loss, identical trained "
-            f"replicas; {len(set(article))} different article datasets; saved without 'module.', loaded on every rank")
+    return (f"the wrap gave all {len(results)} ranks rank 0's weights; one dataset, one averaged loss, identical "
+            f"trained replicas; {len(set(article))} different article datasets; saved without 'module.', "
+            "loaded on every rank")
 
 
 def check_set_epoch(with_epoch: Sequence[Sequence[int]], without_epoch: Sequence[Sequence[int]],
@@ -73,5 +75,6 @@ def check_unused_parameters(results: Sequence[Mapping[str, Any]]) -> str:
     with it every rank trains."""
     without = results[0]["find_unused_False"]
     claim(without.startswith("RuntimeError at step 1"), f"without the flag: {without!r}")
-    claim(all(r["find_unused_True"] == "ok" for r in results), f"with the flag: {[r['find_unused_True'] for r in results]}")
+    claim(all(r["find_unused_True"] == "ok" for r in results),
+          f"with the flag: {[r['find_unused_True'] for r in results]}")
     return "without find_unused_parameters: a RuntimeError at step 1; with it: every rank trains"
