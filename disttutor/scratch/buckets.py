@@ -7,6 +7,7 @@ functions, on the same shapes, in the same order.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -23,8 +24,10 @@ def allreduce_mean_(tensors: list[torch.Tensor]) -> int:
     """
     world = dist.get_world_size()
     for t in tensors:
+        held = t._use_count()
         dist.all_reduce(t)  # SUM over ranks ...
         t.div_(world)       # ... then the mean: the gradient of the global mean loss
+        released(t, held)   # gloo's thread has let go of t (see released)
     return len(tensors)
 
 
@@ -84,3 +87,33 @@ def finish_bucket(b: InFlight, world_size: int) -> None:
         p.grad.copy_(b.flat[offset:offset + n].view_as(p.grad))
         offset += n
 # [/teach bucket]
+
+
+def release_buckets(inflight: list[InFlight]) -> None:
+    """Drop the finished buckets' handles and wait until gloo's worker threads hold none of their buffers.
+
+    After this a step leaves nothing behind in the process group's threads, so a rank can exit right after
+    ``optimizer.step()`` without the exit-time abort described in :func:`released`.
+    """
+    for b in inflight:
+        b.work = None  # the handle's future holds the buffer too
+    for b in inflight:
+        released(b.flat, 1)  # 1: the reference of b.flat's own Python object
+
+
+def released(t: torch.Tensor, held: int, timeout_s: float = 5.0) -> bool:
+    """Wait until gloo's worker thread has let go of ``t`` (its C++ use count is back to ``held``).
+
+    ``work.wait()`` returns when the result is ready, but the worker thread drops its own reference to the
+    work -- and with it to the tensor -- a moment later. In torch 2.x a Python tensor's last C++ reference
+    going away decrefs its Python object, which takes the GIL. If that moment falls after the interpreter
+    started finalising, Python ends the worker thread inside a ``noexcept`` destructor and the process
+    aborts ("terminate called without an active exception") after every check has passed. So a
+    collective is finished only once its buffer is released; sleeping hands the GIL to that thread.
+    """
+    deadline = time.monotonic() + timeout_s
+    while t._use_count() > held:
+        if time.monotonic() > deadline:
+            return False  # never hang a learner's step on this: the result itself is complete
+        time.sleep(1e-4)
+    return True

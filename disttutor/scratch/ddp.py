@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from disttutor.scratch.buckets import InFlight, allreduce_mean_, finish_bucket, launch_bucket, plan_buckets
+from disttutor.scratch.buckets import (InFlight, allreduce_mean_, finish_bucket, launch_bucket, plan_buckets,
+                                      release_buckets)
 
 
 def broadcast_params_(module: nn.Module, src: int = 0) -> None:
@@ -99,17 +100,18 @@ class BucketedDDP(nn.Module):
         if self._next < len(self.buckets):
             k = self._next
             idle = [self._names[id(p)] for b in self.buckets[k:] for p in b if p.grad is None]
-            # The buckets already launched are collectives every rank started: wait for them before
-            # raising. A work dropped unwaited leaves gloo's worker thread holding the last reference
-            # to its flat buffer; if that thread lets go while the interpreter is finalising, the
-            # process aborts ("terminate called without an active exception") after its report.
+            # The buckets already launched are collectives every rank started: wait for them and for
+            # gloo's threads to let go of their buffers before raising (see buckets.released: a
+            # buffer released by gloo's thread while the interpreter is finalising aborts the process).
             for b in self._inflight:
                 b.work.wait()
+            release_buckets(self._inflight)
             self._reset()
             raise RuntimeError(f"bucket {k} never filled: no gradient for {idle or 'some parameters'} "
                                "in this backward (unused parameters?). Every rank would wait for it forever.")
         for b in self._inflight:
             finish_bucket(b, self.world)
+        release_buckets(self._inflight)  # nothing left in gloo's threads: a rank may exit right after the step
         if self.trace is not None:
             self.trace.append(("finish", len(self._inflight)))
         self._reset()
