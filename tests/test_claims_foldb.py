@@ -38,7 +38,9 @@ def test_ch05_rank_layout_and_launchers():
     assert "torchrun" in ch05.check_launch_deprecated(0, warn, "usage: ... [--use-env] ...")
     with pytest.raises(AssertionError, match="exited with 2"):
         ch05.check_launch_deprecated(2, warn, "--use-env")
-    rec = lambda argv, lr: {"argv": argv, "LOCAL_RANK": lr}  # noqa: E731
+    def rec(argv, lr):
+        return {"argv": argv, "LOCAL_RANK": lr}
+
     passed = {"torch.distributed.launch": [rec(["--local-rank=0"], "0"), rec(["--local-rank=1"], "1")],
               "torch.distributed.launch --use-env": [rec([], "0"), rec([], "1")],
               "torchrun": [rec([], "0"), rec([], "1")]}
@@ -132,6 +134,12 @@ def _run(ranks, wall_s=4.0, outcome="finished"):
 
 
 def test_ch09_checks_and_question_one_reads_the_reports_not_the_clock():
+    good_run = SimpleNamespace(ok=True, summary=lambda: "finished ok")
+    assert "all 20 failure modes" in ch09.check_reproduced(good_run, [], 20)
+    with pytest.raises(AssertionError, match="1 of 20 modes no longer match the index: set_epoch: 'x'"):
+        ch09.check_reproduced(good_run, ["set_epoch: 'x' does not match 'y'"], 20)
+    with pytest.raises(AssertionError, match="did not finish cleanly: rank 1: stuck"):
+        ch09.check_reproduced(SimpleNamespace(ok=False, summary=lambda: "rank 1: stuck"), [], 20)
     det = {"mismatched_collective": SimpleNamespace(detail="... OpType=ALLREDUCE ... OpType=BROADCAST ..."),
            "rank_dependent_shape": SimpleNamespace(detail="... Tensor shapes: 2 vs 3 ...")}
     assert "BROADCAST" in ch09.check_detail_names_mismatch(det)
@@ -243,8 +251,10 @@ def test_ch11_tensor_parallel_mesh_and_fedavg():
     assert "pending sum" in ch11.check_tp_placements(P)
     with pytest.raises(AssertionError, match="Shard"):
         ch11.check_tp_placements(P[::-1])
-    blk = lambda bwd: {"out_diff": 2e-7, "grad_diff": 4e-7, "forward_comms": {"all_reduce": 1},  # noqa: E731
-                       "backward_comms": {"all_reduce": bwd}}
+    def blk(bwd):
+        return {"out_diff": 2e-7, "grad_diff": 4e-7, "forward_comms": {"all_reduce": 1},
+                "backward_comms": {"all_reduce": bwd}}
+
     results = [{"mlp": blk(1), "attention": blk(3)}] * 4
     assert "column-split" in ch11.check_tp_blocks(results)
     with pytest.raises(AssertionError, match="attention backward: expected 3"):

@@ -6,6 +6,13 @@ from typing import Any, Mapping
 from disttutor.checks.claims.base import claim
 
 
+def check_reproduced(res: Any, mismatches: list[str], n_modes: int) -> str:
+    """The reproduction job ran every group mode, and every mode's real text still matches its index entry."""
+    claim(res.ok, f"the reproduction job did not finish cleanly: {res.summary()}")
+    claim(not mismatches, f"{len(mismatches)} of {n_modes} modes no longer match the index: " + "; ".join(mismatches))
+    return f"all {n_modes} failure modes reproduced, each printing the text its index entry names"
+
+
 def check_detail_names_mismatch(repros: Mapping[str, Any]) -> str:
     """``TORCH_DISTRIBUTED_DEBUG=DETAIL`` names the mismatched operation (BROADCAST) and the differing shapes."""
     mis, shape = repros["mismatched_collective"].detail, repros["rank_dependent_shape"].detail
