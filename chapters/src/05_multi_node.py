@@ -56,6 +56,9 @@ from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 from torch.distributed.run import get_args_parser
 
 import disttutor
+from disttutor.checks.claims.ch05 import (check_double_spawn, check_fixed_launch, check_group_rank_order,
+                                          check_launch_deprecated, check_pytorchjob, check_rank_layout,
+                                          check_slurm_job, check_what_launchers_pass)
 from disttutor.contract.procs import kill_tree
 from disttutor.course.source import deeper, source_lines
 from disttutor.launcher.collect import read_reports
@@ -110,13 +113,7 @@ print(format_table(rows))
 # $$\text{RANK} = \text{GROUP\_RANK} \times \text{LOCAL\_WORLD\_SIZE} + \text{LOCAL\_RANK}$$
 
 # %% tags=["nbval-check-output"]
-world = res.world_size
-for e, rep in zip(envs, res.results):
-    g, l, lws = int(e["GROUP_RANK"]), int(e["LOCAL_RANK"]), int(e["LOCAL_WORLD_SIZE"])
-    assert int(e["RANK"]) == g * lws + l, e
-    assert rep["ranks_per_node"] == [2.0, 2.0] and rep["rank_sum"] == sum(range(world))
-assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}) == 1  # one store for the whole job
-print(f"RANK == GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK holds on all {world} ranks")
+print(check_rank_layout(envs, res.results, res.world_size))  # and one store for the whole job
 
 # %% [markdown]
 # ### What the picture looks like
@@ -149,10 +146,9 @@ print(warning[0][warning[0].index("node_rank"):])
 # %% tags=["deeper"]
 src = inspect.getsource(dr)
 assign = re.search(r"\n(\s*# Assign the ranks\.\n.*\n.*\n)", src).group(1)
-assert "enumerate(sorted(state.participants))" in assign  # the sort this paragraph describes
 agents = {int(r.results["env"]["GROUP_RANK"]): (r.info["agent"], r.results["agent_pid"]) for r in res.ranks}
 pids_by_group = [agents[g][1] for g in sorted(agents)]
-assert pids_by_group == sorted(pids_by_group), "GROUP_RANK should follow the agents' pid order on one host"
+check_group_rank_order(assign, pids_by_group)  # the sort this paragraph describes, and this run's pids
 deeper("dynamic_rendezvous.py sorts _NodeDesc(addr, pid, local_id); this run's agents in GROUP_RANK order",
        inspect.getsource(dr._NodeDesc).split('"""')[0].strip().splitlines(), ["..."], assign.rstrip().splitlines(),
        [""], format_table([{"GROUP_RANK": g, "--node-rank passed": a, "agent pid": pid}
@@ -198,9 +194,7 @@ print("...")
 print("\n".join(proc.stdout.splitlines()[:3]), "...")
 
 # %% tags=["nbval-check-output"]
-assert proc.returncode == 0 and "deprecated" in warn and "Use torchrun" in warn
-assert "--use-env" in proc.stdout  # its only addition to torchrun's parser
-print("torch.distributed.launch still runs, is deprecated (FutureWarning), and points to torchrun")
+print(check_launch_deprecated(proc.returncode, warn, proc.stdout))  # --use-env: its only addition to torchrun's parser
 
 # %% [markdown]
 # What does it hand the script it starts? Rather than quote its help text, run it: a five-line script
@@ -243,10 +237,8 @@ print(format_table([{"launcher": k, "process": i, "sys.argv[1:]": r["argv"], "LO
                     for k, recs in passed.items() for i, r in enumerate(recs)]))
 
 # %% tags=["nbval-check-output"]
-plain, use_env, trun = passed.values()
-assert [r["argv"] for r in plain] == [["--local-rank=0"], ["--local-rank=1"]]
-assert [r["argv"] for r in use_env] == [[], []] and [r["argv"] for r in trun] == [[], []]
-assert all(r["LOCAL_RANK"] == str(i) for recs in passed.values() for i, r in enumerate(recs))
+check_what_launchers_pass(passed)
+plain = passed["torch.distributed.launch"]
 print(f"torch.distributed.launch passes {plain[0]['argv'][0]!r} (a dash, not --local_rank) on the command "
       "line, and sets LOCAL_RANK too;")
 print("with --use-env, and with torchrun, the command line is empty: read LOCAL_RANK from the environment.")
@@ -307,10 +299,7 @@ print(f"processes that called init_process_group: {len(children)}  (each launche
 print(f"ranks they claimed                 : {sorted(c['rank'] for c in children)}")
 print(f"world size they claimed            : {sorted({c['world_size'] for c in children})}")
 print(f"did any child see all {len(children)} processes? : {any(c['sum'] == len(children) for c in children)}")
-assert len(children) == 4 and len({c["pid"] for c in children}) == 4
-assert sorted(c["parent_pid"] for c in children) == sorted(launched_pids * 2)
-assert sorted(c["rank"] for c in children) == [0, 0, 1, 1]
-assert all((c["ok"] and c["sum"] == 2) or (not c["ok"] and c["error"]) for c in children)
+print(check_double_spawn(children, launched_pids))
 
 # %% [markdown]
 # The process tree, rebuilt from the parent pids the processes reported:
@@ -390,9 +379,7 @@ recs = [c for r in fixed.results for c in r["children"]]
 # %% tags=["nbval-check-output"]
 print(format_table([{"RANK": c["rank"], "world_size": c["world_size"], "joined": c["ok"],
                      "all-reduce of 1s": c["sum"]} for c in recs]))
-assert [c["rank"] for c in recs] == [0, 1] and all(c["ok"] and c["sum"] == 2 for c in recs)
-assert all(c["parent_pid"] != r["launched_pid"] for c, r in zip(recs, fixed.results))  # no spawned children
-print(f"{len(recs)} processes, {len(recs)} distinct ranks, every all-reduce counted all {len(recs)}")
+print(check_fixed_launch(recs, fixed.results))  # and no spawned children
 
 # %% [markdown]
 # And the article's two commands, in torchrun form for its 2 machines x 4 GPUs — generated
@@ -580,17 +567,7 @@ if slurm_run:
                          "LOCAL_RANK": int(rep["results"]["env"]["LOCAL_RANK"]), "Slurm node": rep["results"]["slurm_node"],
                          "ranks per node": rep["results"]["ranks_per_node"], "sum of ranks": rep["results"]["rank_sum"]}
                         for r, rep in sorted(reps.items())]))
-    world = run_cfg.world_size
-    assert slurm_run["info"]["JobState"] == "COMPLETED" and sorted(reps) == list(range(world))
-    for r, rep in reps.items():
-        e = rep["results"]["env"]
-        assert int(e["RANK"]) == int(e["GROUP_RANK"]) * int(e["LOCAL_WORLD_SIZE"]) + int(e["LOCAL_RANK"]) == r
-        assert e["TORCHELASTIC_RUN_ID"] == slurm_run["id"]  # --rdzv-id=$SLURM_JOB_ID
-        assert rep["results"]["ranks_per_node"] == [2.0, 2.0] and rep["results"]["rank_sum"] == sum(range(world))
-    assert len({(rep["results"]["env"]["GROUP_RANK"], rep["results"]["slurm_node"]) for rep in reps.values()}) == 2
-    assert re.search(r"rendezvous at 127\.0\.0\.1:\d+$", slurm_run["output"][0])  # NodeAddr, not "n1"
-    print(f"COMPLETED; RANK = GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK on all {world} ranks; the rendezvous "
-          "met at the head's NodeAddr, on a port of the job's own")
+    print(check_slurm_job(slurm_run, run_cfg.world_size))
 
 # %% [markdown]
 # ### Kubernetes: a Kubeflow `PyTorchJob`
@@ -622,17 +599,13 @@ print("\n".join(f"    #   {d.strip()}" for d in diff))
 # %% tags=["nbval-check-output"]
 job = yaml.safe_load(manifest)
 specs = job["spec"]["pytorchReplicaSpecs"]
-assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
-assert specs["Master"]["replicas"] + specs["Worker"]["replicas"] == cfg.nnodes
 # torchrun accepts the container's arguments once the operator's variables are filled in (pod 1 here).
 pod_env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "1",
            "MASTER_ADDR": "whoami-2x4-master-0", "MASTER_PORT": "29500"}
 argv = [re.sub(r"\$\((\w+)\)", lambda m: pod_env[m.group(1)], a)
         for a in specs["Worker"]["template"]["spec"]["containers"][0]["args"]]
 args = get_args_parser().parse_args(argv)
-assert (args.node_rank, args.master_addr, args.nnodes) == (1, "whoami-2x4-master-0", "2")
-print("YAML parses; replicas:", {k: v["replicas"] for k, v in specs.items()},
-      "| torchrun accepts worker pod 1's args: node_rank", args.node_rank)
+print(check_pytorchjob(job, cfg.nnodes, args, pod_env))
 
 # %% [markdown]
 # ### Bad configs fail early, in words

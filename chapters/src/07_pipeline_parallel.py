@@ -62,7 +62,7 @@ new = importlib.util.find_spec("torch.distributed.pipelining")
 print("torch.distributed.pipeline   (the article):", "found" if old else "not found")
 print("torch.distributed.pipelining (today)      :", "found" if new else "not found")
 try:
-    from torch.distributed.pipeline.sync import Pipe  # noqa: F401  -- the article's import
+    from torch.distributed.pipeline.sync import Pipe  # the article's import
     article_import = "works"
 except ImportError as e:
     article_import = f"{type(e).__name__}: {e}"
@@ -261,7 +261,7 @@ print(check_one_f_one_b(one_f_one_b))
 # Then one ordinary `optimizer.step()` per mini-batch.
 
 # %%
-from disttutor.programs import pipeline as pipeline_program  # noqa: E402
+from disttutor.programs import pipeline as pipeline_program
 
 print(inspect.getsource(pipeline_program.loss_fn))
 print(inspect.getsource(pipeline_program.make_schedule))
@@ -430,9 +430,9 @@ if result_7_2.passed:  # your function on this chapter's own 1F1B run
 # m is); GPipe and 1F1B, m = 2, 4, 8:
 
 # %%
-from disttutor.pipeline.bubble_model import explain_run  # noqa: E402
-from disttutor.pipeline.slot_size import choose_mb_size, fall_ratio, forward_ms_per_row, mean_gap_ms  # noqa: E402
-from disttutor.viz.pipeline import model_figure  # noqa: E402
+from disttutor.pipeline.bubble_model import explain_run
+from disttutor.pipeline.slot_size import choose_mb_size, fall_ratio, forward_ms_per_row, mean_gap_ms
+from disttutor.viz.pipeline import model_figure
 
 P = 4 if n_cores >= 4 else 2  # one rank per core: time-sharing would stretch slots, not show the schedule
 MS = (2, 4, 8)
@@ -675,7 +675,7 @@ assert split_equals_full  # the same kernels on the same inputs: the split chang
 # half its cost. The green W blocks are the work that moved into the bubble:
 
 # %%
-from disttutor.viz.pipeline import balance_figure, schedules_figure  # noqa: E402
+from disttutor.viz.pipeline import balance_figure, schedules_figure
 
 fig = theory_figure(PipeSpec("interleaved_zb", p=4, m=8, v=2))
 plt.show()
@@ -709,7 +709,7 @@ sim_zb = {r["schedule"]: r["bubble (drawing)"] for r in rows if (r["p"], r["m"])
 # rank). The part that differs is where the stages go and which class schedules them:
 
 # %%
-from disttutor.course.source import show_code  # noqa: E402
+from disttutor.course.source import show_code
 
 show_code("disttutor.programs.pipeline_zb", "zero_bubble")
 

@@ -35,6 +35,8 @@ import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 import disttutor
+from disttutor.checks.claims.ch09 import (check_detail_names_mismatch, check_reproduced, check_straggler_profile,
+                                          crash_outcome)
 from disttutor.course.source import show_code
 from disttutor.programs.profile_ddp import ProfileConfig
 from disttutor.troubleshoot import diagnose
@@ -79,7 +81,7 @@ local = troubleshoot.reproduce_local([m.key for m in troubleshoot.MODES if m.whe
 group, res = troubleshoot.reproduce_group([m.key for m in troubleshoot.MODES if m.where == "group"])
 print(res.summary())
 repros = {**local, **group}
-assert res.ok and troubleshoot.mismatches(repros) == []
+print(check_reproduced(res, troubleshoot.mismatches(repros), len(repros)))
 print(f"{len(repros)} failure modes reproduced; the job took {res.wall_s:.0f} s (load {os.getloadavg()[0]:.1f})")
 
 # %% [markdown]
@@ -128,8 +130,7 @@ for key in ("mismatched_collective", "rank_dependent_shape"):  # every rank's ow
     print(f"  -> {len(timed_out)} of {len(seen)} ranks timed out"
           + (f"; rank(s) {[k for k in seen if k not in timed_out]} returned without an error" if len(timed_out) < len(seen) else ""))
 print(repros["mismatched_collective"].detail)
-assert "OpType=BROADCAST" in repros["mismatched_collective"].detail
-assert "Tensor shapes" in repros["rank_dependent_shape"].detail
+print(check_detail_names_mismatch(repros))
 
 # %% [markdown]
 # ## Where is my job stuck?
@@ -202,8 +203,7 @@ for r in sorted(tot):
     print(f"rank {r}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in sorted(tot[r].items()))
           + f"; peak memory {res['peak_bytes'] / 1024:.0f} KiB")
     print("   top ops (self CPU ms): " + ", ".join(f"{o['name']} {o['self_ms']:.1f}" for o in res["top_ops"][:4]))
-assert tot[1]["forward"] > tot[0]["forward"] + 3 * 40 * 0.9  # 3 profiled steps x 40 ms of sleep (sleep never ends early)
-assert tot[0]["backward"] > tot[1]["backward"]                # the fast rank waits inside backward
+print(check_straggler_profile(tot, slow_rank=1, sleep_ms=40, steps=3))  # 3 profiled steps x 40 ms of sleep
 
 # %% [markdown]
 # **TensorBoard.** The article exports with `torch.profiler.tensorboard_trace_handler('./log')` for
@@ -393,12 +393,10 @@ my_prediction = None  # a letter: "a", "b" or "c"
 import disttutor
 
 q1 = disttutor.launch("hello", nproc=3, args={"crash_rank": 1}, collective_timeout=30, check=False, stream=False, timeout=120)
-wrong = any(r.status == "ok" and r.results.get("after") != [r.results.get("expected")] * 3 for r in q1.ranks)
-measured = "c" if wrong else ("a" if q1.wall_s >= 30 else "b")
+measured, what_happened = crash_outcome(q1, crashed=1, timeout_s=30)  # from the ranks' own reports, not the clock
 reveal("9.q1", my_prediction, measured, choices={"a": "they wait the full timeout", "b": "the job ends within seconds",
                                                "c": "a wrong sum"},
-       explain=f"The job ended after {q1.wall_s:.1f} s; statuses: " + ", ".join(f"rank {r.rank} {r.status}" for r in q1.ranks)
-       + ". " + {"b": "When a process dies, torchrun's agent sees it exit and stops the whole job (and gloo's peers see "
+       explain=what_happened + ". " + {"b": "When a process dies, torchrun's agent sees it exit and stops the whole job (and gloo's peers see "
                      "their connection close): a *living* rank that skips a collective is the case that waits for the timeout.",
                 "a": "Here the living ranks waited for the whole collective timeout: nothing noticed the dead peer sooner.",
                 "c": "A rank finished with a sum that lacks the dead rank's part: check every result, not only the exit."}[measured])

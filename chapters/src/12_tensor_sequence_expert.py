@@ -36,6 +36,9 @@ import torch
 import torch.distributed as dist
 
 import disttutor
+from disttutor.checks.claims.ch12 import (check_expert_parallel, check_one_dim_placements, check_ring_attention,
+                                          check_sp_bytes, check_sp_collectives, check_tp_collectives,
+                                          check_two_dim_placements)
 from disttutor.checks.tensor_parallel import check_merge, check_row_parallel
 from disttutor.checks.tolerances import SPLIT_TENSOR_ATOL
 from disttutor.course.source import show_code
@@ -121,16 +124,7 @@ def calls(d: dict) -> str:
 
 for name, r in TP.items():
     print(f"{name:18} forward: {calls(r['forward']):14} backward: {calls(r['backward'])}")
-for q in tp.results:
-    assert all(r["diff"] <= TOL for r in q["tp"].values())
-    assert all((q["tp"][k]["forward"], q["tp"][k]["backward"]) == (TP[k]["forward"], TP[k]["backward"])
-               for k in TP)  # the same calls on every rank (a collective is called by all or it hangs)
-assert TP["scratch_mlp"]["forward"] == TP["scratch_mlp"]["backward"] == {"all_reduce": 1}
-assert TP["dtensor_mlp"]["forward"] == TP["dtensor_mlp"]["backward"] == {"all_reduce": 1}
-assert TP["scratch_attention"]["backward"] == {"all_reduce": 1}
-ATT_BWD = TP["dtensor_attention"]["backward"]["all_reduce"]
-assert ATT_BWD == 3  # one per ColwiseParallel layer (q, k, v): each installs its own f
-print("checked: one all-reduce forward and one backward per from-scratch block, as Megatron says")
+print(check_tp_collectives(tp.results, TOL))  # DTensor attention: 3 in backward, one per ColwiseParallel q, k, v
 
 # %%
 att = TP["dtensor_attention"]
@@ -228,12 +222,7 @@ for mode in ("tp", "sp"):
     print(f"{mode.upper()}: forward {calls(r['forward']):45} backward {calls(r['backward'])}")
     print(f"    bytes saved for backward per rank: {r['saved_bytes']:6,}   ring bytes sent per rank: "
           f"{r['ring_bytes']:,.0f}")
-for q in sp.results:
-    assert q["sp"]["tp"]["diff"] <= TOL and q["sp"]["sp"]["diff"] <= TOL
-assert SP["tp"]["forward"] == SP["tp"]["backward"] == {"all_reduce": 1}
-assert SP["sp"]["forward"] == {"all_gather_single": 1, "reduce_scatter_single": 1}
-assert SP["sp"]["backward"] == {"all_gather_single": 1, "reduce_scatter_single": 1, "all_reduce": 1}
-assert SP["sp"]["saved_bytes"] < SP["tp"]["saved_bytes"]
+print(check_sp_collectives(sp.results, TOL))
 
 # %% [markdown]
 # Where the bytes go, tensor by tensor (shapes as autograd saved them; `[seq, batch, dim]` with
@@ -249,11 +238,8 @@ s, b, d, h, t, f32 = 16, 2, 16, 32, 2, 4
 # output, gathered under SP); GELU its input; the row layer its input; dropout its mask
 tp_formula = (3 * s * b * d + 2 * s * b * h // t + 2 * s * b) * f32
 sp_formula = (s * b * d // t + s * b * d + s * b * d // t + 2 * s * b * h // t + 2 * s * b // t) * f32
-assert (SP["tp"]["saved_bytes"], SP["sp"]["saved_bytes"]) == (tp_formula, sp_formula)
 ln_sync = (2 * d + d) * f32 * 2 * (t - 1) / t     # ring bytes of the one all-reduce of LayerNorm's and the bias's grads
-assert SP["sp"]["ring_bytes"] - SP["tp"]["ring_bytes"] == ln_sync
-print("saved bytes equal the formula from the shapes, for TP and for SP")
-print("ring bytes: SP sends what TP sends, plus the small all-reduce of LayerNorm's gradients")
+print(check_sp_bytes(SP, tp_formula, sp_formula, ln_sync))
 
 # %%
 from IPython.display import Markdown
@@ -305,8 +291,7 @@ print("ring attention vs full causal attention (F.scaled_dot_product_attention, 
 for rank, r in enumerate(CP):
     print(f"rank {rank}: {r['block_tokens']} tokens of the sequence; calls: {calls(r['calls'])}; "
           f"sends {r['sent_bytes']:,.0f} bytes of keys and values")
-assert all(r["diff"] <= TOL for r in CP)
-assert all(r["calls"] == {"isend": len(CP) - 1, "irecv": len(CP) - 1} for r in CP)  # n - 1 steps
+print(check_ring_attention(CP, TOL))  # n - 1 steps of the ring
 
 # %% [markdown]
 # Every rank sends the same bytes, but with the causal mask the *work* is uneven: rank `r` computes
@@ -366,9 +351,7 @@ for rank, r in enumerate(EP):
           f"{dict(enumerate(r['tokens_per_expert']))}; calls: {calls(r['calls'])}")
 per_expert = [sum(r["tokens_per_expert"][e] for r in EP) for e in range(n_exp)]
 print("tokens per expert, all ranks:", dict(enumerate(per_expert)))
-assert all(r["diff"] <= TOL for r in EP)
-assert all(r["calls"] == {"all_to_all_single": 3} for r in EP)  # counts, dispatch, combine
-assert all(sum(r["tokens_per_expert"]) == 12 * 2 for r in EP)   # 12 tokens per rank, top-2 each
+print(check_expert_parallel(EP, TOL, tokens=12, top_k=2))  # the program's 12 tokens per rank, top-2 routing
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 2.6))
@@ -412,11 +395,7 @@ viz.one_dim_figure(pl.results);
 
 # %% tags=["nbval-check-output"]
 ONE = [r["placements"]["one_dim"] for r in pl.results]
-assert [o["S(0)"]["held"] for o in ONE] == [list(range(4 * r, 4 * r + 4)) for r in range(4)]  # row r
-assert [o["S(1)"]["held"] for o in ONE] == [list(range(r, 16, 4)) for r in range(4)]           # column r
-assert all(o["R"]["held"] == list(range(16)) for o in ONE)
-assert all(o["Partial()"]["sum"] == [1.0 + 2 + 3 + 4] * 16 for o in ONE)  # the pending sum, all-reduced
-print("1-D mesh: Shard(0) = rows, Shard(1) = columns, Replicate = everything, Partial = a pending sum")
+print(check_one_dim_placements(ONE))
 
 # %% [markdown]
 # On a 2-D mesh `(dp=2, tp=2)` a placement is given **per mesh dimension**, read left to right:
@@ -438,9 +417,7 @@ strided = {c: rows_of(t["FSDP2 over TP"]["held"]) for c, t in zip(coords, TWO)}
 print("rows held, (Shard(0), Shard(0)):", nested)
 print("rows held, FSDP2 over TP:       ", strided)
 print("FSDP2 over TP's placements:", TWO[0]["FSDP2 over TP"]["placements"])
-assert nested == {(0, 0): [0, 1], (0, 1): [2, 3], (1, 0): [4, 5], (1, 1): [6, 7]}
-assert strided == {(0, 0): [0, 1], (0, 1): [4, 5], (1, 0): [2, 3], (1, 1): [6, 7]}
-assert "_StridedShard(dim=0, sf=2)" in TWO[0]["FSDP2 over TP"]["placements"]
+print(check_two_dim_placements(nested, strided, TWO[0]["FSDP2 over TP"]["placements"]))
 
 # %%
 dp0 = sorted(strided[(0, 0)] + strided[(0, 1)])  # every row stored by the ranks with dp = 0

@@ -1,0 +1,62 @@
+"""Chapter 9's named checks: what DETAIL mode names, the straggler in the profile, and question 9.1's reading."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from disttutor.checks.claims.base import claim
+
+
+def check_reproduced(res: Any, mismatches: list[str], n_modes: int) -> str:
+    """The reproduction job ran every group mode, and every mode's real text still matches its index entry."""
+    claim(res.ok, f"the reproduction job did not finish cleanly: {res.summary()}")
+    claim(not mismatches, f"{len(mismatches)} of {n_modes} modes no longer match the index: " + "; ".join(mismatches))
+    return f"all {n_modes} failure modes reproduced, each printing the text its index entry names"
+
+
+def check_detail_names_mismatch(repros: Mapping[str, Any]) -> str:
+    """``TORCH_DISTRIBUTED_DEBUG=DETAIL`` names the mismatched operation (BROADCAST) and the differing shapes."""
+    mis, shape = repros["mismatched_collective"].detail, repros["rank_dependent_shape"].detail
+    claim("OpType=BROADCAST" in (mis or ""), f"DETAIL should name the other rank's BROADCAST: {mis!r}")
+    claim("Tensor shapes" in (shape or ""), f"DETAIL should name the ranks' tensor shapes: {shape!r}")
+    return "DETAIL mode names the mismatched operation (BROADCAST) and the ranks' differing tensor shapes"
+
+
+def check_straggler_profile(tot: Mapping[int, Mapping[str, float]], slow_rank: int, sleep_ms: float,
+                            steps: int) -> str:
+    """The straggler's forward is longer by its sleeps; the fast rank waits for it inside backward."""
+    fast = next(r for r in tot if r != slow_rank)
+    # 0.9: time.sleep never ends early; the margin only absorbs the profiler's rounding of span edges
+    extra = steps * sleep_ms * 0.9
+    claim(tot[slow_rank]["forward"] > tot[fast]["forward"] + extra,
+          f"rank {slow_rank}'s forward should exceed rank {fast}'s by > {extra:.0f} ms ({steps} steps x "
+          f"{sleep_ms:g} ms of sleep): {tot[slow_rank]['forward']:.1f} vs {tot[fast]['forward']:.1f} ms")
+    claim(tot[fast]["backward"] > tot[slow_rank]["backward"],
+          f"the fast rank {fast} should wait inside backward: backward {tot[fast]['backward']:.1f} ms vs "
+          f"the straggler's {tot[slow_rank]['backward']:.1f} ms")
+    return (f"rank {slow_rank}'s forward is longer by more than its {steps} x {sleep_ms:g} ms of sleep; rank {fast} "
+            "waits for it inside backward (the longest backward is not the straggler)")
+
+
+def crash_outcome(run: Any, crashed: int, timeout_s: float) -> tuple[str, str]:
+    """Question 9.1 read from the run's own reports, not from the wall clock: ``(letter, sentence)``.
+
+    "c" if a surviving rank finished with a sum other than every rank's; "a" if the survivors timed out
+    waiting (their own error says so) or the launch hit its timeout; "b" if they failed because the peer
+    died (gloo's connection closed) or torchrun's agent stopped them when the dead rank's process exited.
+    The wall time is printed beside the verdict, never used for it (a loaded machine stretches it).
+    """
+    dead = run.ranks[crashed]
+    claim(dead.status == "error" and dead.blame in (None, "self"),
+          f"rank {crashed} should have died on its own: status {dead.status!r}, {dead.error!r}")
+    others = [r for r in run.ranks if r.rank != crashed]
+    wrong = [r.rank for r in others if r.status == "ok" and r.results.get("after") != [r.results.get("expected")] * 3]
+    waited = [r.rank for r in others if r.status == "error" and r.blame == "wait"]
+    if wrong:
+        letter = "c"
+    elif waited or run.outcome == "timeout":
+        letter = "a"
+    else:
+        letter = "b"
+    how = ", ".join(f"rank {r.rank}: {r.label}" for r in others)
+    return letter, (f"Rank {crashed} {dead.error or dead.status}; the others: {how} (job over after "
+                    f"{run.wall_s:.1f} s of a {timeout_s:g} s collective timeout)")
