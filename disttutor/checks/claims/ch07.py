@@ -1,0 +1,47 @@
+"""Chapter 7's named checks: the drawn schedules against their formulas, the measured bubble against the model."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from disttutor.checks.claims.base import claim
+
+
+def check_schedule_drawings(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows GPipe, 1F1B, interleaved v=2 (p=4, m=8): each drawing's bubble is its formula's; 1F1B keeps p - r
+    activations on rank r, GPipe m on every rank; interleaving shrinks the bubble below 1F1B's."""
+    for r in rows:  # 1e-9: both are exact fractions of whole slots, computed in float64
+        claim(abs(r["bubble (drawing)"] - r["formula"]) < 1e-9,
+              f"{r['schedule']} v={r['v']}: the drawing's bubble {r['bubble (drawing)']} is not the formula's "
+              f"{r['formula']}")
+    gpipe, one_f_one_b, interleaved = rows[0], rows[1], rows[2]
+    p, m = one_f_one_b["p"], gpipe["m"]
+    claim(one_f_one_b["peak activations per rank"] == [p - r for r in range(p)],
+          f"1F1B should keep p - r activations on rank r: {one_f_one_b['peak activations per rank']}")
+    claim(gpipe["peak activations per rank"] == [m] * gpipe["p"],
+          f"GPipe should keep all m = {m} activations on every rank: {gpipe['peak activations per rank']}")
+    claim(interleaved["bubble (drawing)"] < one_f_one_b["bubble (drawing)"],
+          f"interleaving (v={interleaved['v']}) should shrink 1F1B's bubble: {interleaved['bubble (drawing)']} vs "
+          f"{one_f_one_b['bubble (drawing)']}")
+    return ("every drawing's bubble equals its formula; 1F1B holds p - r activations on rank r, GPipe m on every "
+            "rank; interleaving shrinks the bubble")
+
+
+def check_bubble_model(sweep: Sequence[Mapping[str, float]], noise: float, quiet: bool) -> str:
+    """On a quiet machine: every measured bubble is at least the formula's less ``noise`` (overhead only adds
+    idle time), the model that knows the overhead misses by under half the formula's mean miss (or ``noise``),
+    and by at most 0.05 anywhere. On a loaded machine the same verdicts are reported, not asserted: a rank
+    that loses its core stretches some slots and not others, and the equal-slot formula no longer bounds it."""
+    above = all(r["measured"] > r["theory"] - noise for r in sweep)
+    miss_model = sum(abs(r["model"] - r["measured"]) for r in sweep) / len(sweep)
+    miss_formula = sum(abs(r["theory"] - r["measured"]) for r in sweep) / len(sweep)
+    worst = max(abs(r["model"] - r["measured"]) for r in sweep)
+    verdict = (f"measured >= formula - {noise} at every m: {above}; the model's mean miss {miss_model:.3f} against "
+               f"the formula's {miss_formula:.3f}; its worst miss {worst:.2f}")
+    if not quiet:
+        return verdict + " (a loaded machine: reported, not asserted)"
+    claim(above, f"a measured bubble fell more than {noise} below the formula's: "
+                 f"{[(r['m'], r['measured'], r['theory']) for r in sweep if r['measured'] <= r['theory'] - noise]}")
+    claim(miss_model < max(miss_formula / 2, noise),
+          f"the model should miss by under half the formula's miss (or {noise}): {miss_model:.3f} vs {miss_formula:.3f}")
+    claim(worst <= 0.05, f"the model misses by {worst:.2f} on a quiet machine (at most 0.05 expected)")
+    return verdict + " (asserted: a quiet machine)"
