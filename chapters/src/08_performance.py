@@ -478,8 +478,9 @@ show_code("disttutor.links.ddp_hooks", "hooks")
 # sizes the batch on your machine so that a step's compute (forward, backward, optimizer) takes a
 # multiple of the emulated all-reduce of its gradients (`overlap_share`): then the link can finish
 # while the backward still runs, and `max(compute, communication)` is the compute. It
-# times a step four ways: compute alone (`no_sync`: nothing sent), communication alone (the same
-# buckets, no compute), with overlap and without:
+# times a step four ways, in rounds (one of each per round, so that a change of load on a shared
+# machine hits all four alike): compute alone (`no_sync`: nothing sent), communication alone (the
+# same buckets, no compute), with overlap and without:
 
 # %%
 show_code("disttutor.programs.emulated_link", "overlap")

@@ -99,6 +99,20 @@ def timed(fn, steps: int, warmup: int = 3) -> float:
     return statistics.median(out)
 
 
+def timed_rounds(fns: dict, steps: int, warmup: int = 3) -> dict:
+    """Median seconds of each ``fns[name]()`` (slowest rank), timed in rounds -- one call of each per
+    round -- so that a change of load on a shared machine falls on every one of them alike."""
+    out: dict = {name: [] for name in fns}
+    for i in range(warmup + steps):
+        for name, fn in fns.items():
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            if i >= warmup:
+                out[name].append(slowest(time.perf_counter() - t0))
+    return {name: statistics.median(v) for name, v in out.items()}
+
+
 def probe() -> list[dict]:
     link, n = EmulatedLink(PROBE), dist.get_world_size()
     rows = []
@@ -184,23 +198,27 @@ def ddp_parts(cfg: LinkConfig, ctx, parts) -> dict:
         out["overlap_batch"] = ob
         # [teach overlap]
         ddp, opt = make(cfg, depth=depth)
-        with ddp.no_sync():                                    # compute alone: backward, nothing sent
-            compute = timed(step_fn(ddp, opt, xo, yo), cfg.steps)
         overlap_state = LinkHookState(EmulatedLink(link))
         ddp.register_comm_hook(overlap_state, link_hook)       # each bucket sent as soon as it is ready
-        overlap = timed(step_fn(ddp, opt, xo, yo), cfg.steps)
         late, opt_late = make(cfg, depth=depth)
         deferred_state = LinkHookState(EmulatedLink(link))
         late.register_comm_hook(deferred_state, deferred_hook)  # all buckets sent after the backward
-        deferred = timed(step_fn(late, opt_late, xo, yo), cfg.steps)
+
+        def compute_alone():
+            with ddp.no_sync():                                # compute alone: backward, nothing sent
+                step_fn(ddp, opt, xo, yo)()
         # [/teach overlap]
+        step_fn(ddp, opt, xo, yo)()                            # one step: DDP's buckets are known after it
+        bufs = [torch.zeros(b // 4) for b in overlap_state.bucket_bytes]
+        alone = EmulatedLink(link)
+        median = timed_rounds({"compute": compute_alone, "overlap": step_fn(ddp, opt, xo, yo),
+                               "deferred": step_fn(late, opt_late, xo, yo),
+                               "comm": lambda: [f.wait() for f in [alone.all_reduce(b) for b in bufs]]}, cfg.steps)
+        compute, overlap, deferred, comm = (median[k] for k in ("compute", "overlap", "deferred", "comm"))
         steps = {"compute": timeline(ddp, opt, xo, yo, overlap_state.link, sync=False),
                  "overlap": timeline(ddp, opt, xo, yo, overlap_state.link),
                  "deferred": timeline(late, opt_late, xo, yo, deferred_state.link)}
         sizes = overlap_state.bucket_bytes
-        alone_link = EmulatedLink(link)
-        bufs = [torch.zeros(b // 4) for b in sizes]
-        comm = timed(lambda: [f.wait() for f in [alone_link.all_reduce(b) for b in bufs]], cfg.steps)
         out["overlap"] = {"compute_s": compute, "overlap_s": overlap, "deferred_s": deferred, "comm_s": comm,
                           "comm_model_s": sum(link.all_reduce_time(b, ctx.world_size) for b in sizes),
                           "bucket_bytes": sizes, "timeline": steps, "depth": depth,
