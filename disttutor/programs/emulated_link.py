@@ -185,7 +185,6 @@ def ddp_parts(cfg: LinkConfig, ctx, parts) -> dict:
     g = torch.Generator().manual_seed(ctx.rank)
     rows = max(batch, max(batch // cfg.comm_bound, 4) * cfg.k)
     x, y = torch.randn(rows, cfg.width, generator=g), torch.randn(rows, cfg.width, generator=g)
-    xb, yb = x[:batch], y[:batch]
     small = max(batch // cfg.comm_bound, 4)
     xs, ys = x[:small], y[:small]
     xk, yk = x[:small * cfg.k], y[:small * cfg.k]
@@ -207,7 +206,6 @@ def ddp_parts(cfg: LinkConfig, ctx, parts) -> dict:
         def compute_alone():
             with ddp.no_sync():                                # compute alone: backward, nothing sent
                 step_fn(ddp, opt, xo, yo)()
-        # [/teach overlap]
         step_fn(ddp, opt, xo, yo)()                            # one step: DDP's buckets are known after it
         bufs = [torch.zeros(b // 4) for b in overlap_state.bucket_bytes]
         alone = EmulatedLink(link)
@@ -215,6 +213,7 @@ def ddp_parts(cfg: LinkConfig, ctx, parts) -> dict:
                                "deferred": step_fn(late, opt_late, xo, yo),
                                "comm": lambda: [f.wait() for f in [alone.all_reduce(b) for b in bufs]]}, cfg.steps)
         compute, overlap, deferred, comm = (median[k] for k in ("compute", "overlap", "deferred", "comm"))
+        # [/teach overlap]
         steps = {"compute": timeline(ddp, opt, xo, yo, overlap_state.link, sync=False),
                  "overlap": timeline(ddp, opt, xo, yo, overlap_state.link),
                  "deferred": timeline(late, opt_late, xo, yo, deferred_state.link)}
