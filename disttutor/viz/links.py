@@ -48,7 +48,7 @@ def plot_overlap_timeline(o: dict, caption: str, ax=None):
         ax.text(1e3 * t["step_end"], y + 1.5, f" step ends\n {1e3 * t['step_end']:.0f} ms", fontsize=8, va="center")
     ax.set_yticks([3 * (len(rows) - 1 - k) + d for k in range(len(rows)) for d in (1.5, 0.5)],
                   [f"{name}: {part}" for name, _ in rows for part in ("rank", "link")], fontsize=8)
-    ax.set_xlabel("ms from the step's start (rank 0, one instrumented step)")
+    ax.set_xlabel("ms from the step's start (rank 0; the median of 3 instrumented steps)")
     ax.set_title(f"where a step's time goes; {caption}", fontsize=9)
     ax.set_xlim(0, 1.15e3 * max(t["step_end"] for _, t in rows))
     ax.set_ylim(-0.2, 3 * len(rows) + 0.8)
