@@ -156,9 +156,9 @@ def test_overlap_part_books_each_bucket_at_hand_over_and_one_link(run):
     assert min(o["overlap_s"], o["deferred_s"]) >= 0.99 * o["comm_model_s"], o
     hidden = link_summary(run)["overlap_hidden"]
     if run["quiet"]:
-        # Sized so compute ~ 2x communication: on a quiet machine the link finishes inside the
-        # backward but for the last buckets (~0.8 hidden idle, 0.7 at load 5 on 2 cores); 0.5 leaves
-        # room for 3 timed steps' noise.
+        # Sized so compute ~ 2x communication, the link finishes inside the backward but for the last
+        # bucket(s): 0.6-0.7 hidden was measured even at load 5-10 on 2 cores (6 steps); a quiet
+        # machine does better, and 0.5 leaves room for the noise of 3 timed steps.
         assert o["overlap_s"] < o["deferred_s"] and hidden > 0.5, (hidden, o)
     else:
         print(f"machine busy: overlap hid {hidden:.0%} of the communication (timing not asserted)")
