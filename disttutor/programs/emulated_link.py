@@ -8,7 +8,9 @@ network does to a training step. Parts (``--parts``):
   time per size fitted to ``t = 2(n-1) alpha + 2(n-1)/n * bytes / beta`` (``probe`` rows);
 * ``overlap`` -- a step's backward with DDP's bucketed overlap (:func:`~disttutor.links.ddp_hooks.link_hook`)
   and without it (:func:`~disttutor.links.ddp_hooks.deferred_hook`), against compute alone
-  (``no_sync``) and communication alone;
+  (``no_sync``) and communication alone, timed in interleaved rounds; on a deeper model (one 1 MiB
+  bucket a layer) whose compute is ``overlap_share`` x its communication, plus instrumented steps
+  (``timeline``: each bucket's hand-over, link start and due time, real all-reduce done);
 * ``compression`` -- torch's fp32 / fp16 / PowerSGD hooks with their all-reduces on the link;
 * ``nosync`` -- k micro-batches per optimiser step, syncing each vs ``no_sync`` for k-1 of them;
 * ``ring`` -- chapter 2's from-scratch naive and ring all-reduces, their messages on the link.
