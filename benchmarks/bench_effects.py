@@ -12,7 +12,7 @@ Each experiment is sized from the machine as its chapter sizes it, then measured
   from m = 2 to m = 8 over the formula's (target >= 0.5);
 * **emulated link** (chapter 8): when ``benchmarks/effects_link.py`` exists, its
   ``measure_link()`` keys (``emulated_alpha_err``, ``emulated_beta_err``, ``overlap_hidden``,
-  ``compression_speedup``) are merged in; its own load readings become ``link_*`` keys.
+  ``overlap_vs_max``, ``overlap_off_vs_sum``, ``compression_speedup``) are merged in; its own load readings become ``link_*`` keys.
 
 The load average is read before and after each part (``load``): timings on a shared machine are
 noisy, and a figure is only worth what the load beside it says.
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             out.update(got)
             out["load"]["after_link"] = load()
             print("emulated link: " + ", ".join(f"{k} {got[k]}" for k in ("emulated_alpha_err", "emulated_beta_err",
-                                                                          "overlap_hidden", "compression_speedup")
+                                                                          "overlap_hidden", "overlap_vs_max",
+                                                                          "overlap_off_vs_sum", "compression_speedup")
                                                  if k in got), flush=True)
         else:
             print("emulated link: benchmarks/effects_link.py not present, its keys are left out", flush=True)

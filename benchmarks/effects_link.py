@@ -2,7 +2,9 @@
 
 One launch of ``emulated_link`` on 2 ranks (``probe``, ``overlap``, ``compression``).
 :func:`measure_link` returns ``emulated_alpha_err``, ``emulated_beta_err`` (relative errors of the
-fitted probe link), ``overlap_hidden`` (share of the emulated communication hidden by bucketing)
+fitted probe link), ``overlap_hidden`` (share of the emulated communication hidden by bucketing; with
+``overlap_vs_max`` and ``overlap_off_vs_sum``, the overlapped step against max(compute, comm) and
+the deferred one against their sum)
 and ``compression_speedup`` (fp32 hook step / fp16 hook step on the link), plus the link's
 caption and the load average. ``benchmarks/bench_effects.py`` imports it; alone::
 
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     m = measure_link(a.link)
     print(f"{m['link_caption']}; load {m['load_before']:.1f} -> {m['load_after']:.1f} on {m['cores']} cores")
     print(f"probe link fitted back: alpha off by {m['emulated_alpha_err']:.1%}, beta by {m['emulated_beta_err']:.1%}")
-    print(f"bucketed overlap hid {m['overlap_hidden']:.0%} of the emulated communication; "
+    print(f"bucketed overlap hid {m['overlap_hidden']:.0%} of the emulated communication (step with overlap "
+          f"{m['overlap_vs_max']:.2f}x max(compute, communication), without {m['overlap_off_vs_sum']:.2f}x their sum); "
           f"fp16 compression made the step {m['compression_speedup']:.2f}x faster")
     if a.json:
         print(json.dumps(m))

@@ -52,6 +52,7 @@ class EmulatedLink:
         self.bytes = 0                 # bytes handed to the link (payload per rank)
         self.busy_s = 0.0              # emulated seconds the link was occupied
         self.late = 0                  # transfers whose real loopback time outlasted the emulated one
+        self.log: list | None = None   # set to a list to record each all-reduce's times (a timeline)
 
     def reserve(self, seconds: float, nbytes: int, at: float | None = None) -> float:
         """Book ``seconds`` on the link from ``at`` (default: now) or when it frees up; return when it ends."""
@@ -103,9 +104,19 @@ class EmulatedLink:
         """Real all-reduce of ``tensor``; its future completes after the link's ring all-reduce time."""
         world = dist.get_world_size(group)
         nbytes = tensor.numel() * tensor.element_size()
-        due = self.reserve(self.link.all_reduce_time(nbytes, world), nbytes)
+        launched = now()
+        seconds = self.link.all_reduce_time(nbytes, world)
+        # The emulated transfer is booked now, when the bucket is handed over (not when the real one ends) ...
+        due = self.reserve(seconds, nbytes, at=launched)
+        # ... and the real all-reduce starts at once, asynchronously (gloo's thread): it only has to
+        # be done by ``due``, so its loopback time hides inside the emulated one.
         work = (real_all_reduce or dist.all_reduce)(tensor, op=op, group=group, async_op=True)
-        return self.complete_at(work.get_future(), due)
+        real = work.get_future()
+        if self.log is not None:
+            event = {"bytes": nbytes, "launched": launched, "start": due - seconds, "due": due}
+            self.log.append(event)
+            real.add_done_callback(lambda _: event.__setitem__("real_done", now()))
+        return self.complete_at(real, due)
 
 
 class _DelayedWork:

@@ -31,6 +31,8 @@ def summary(report: dict) -> dict:
       (compute alone + communication alone - step with overlap) / communication alone, the same
       "hidden communication" as chapter 8's bucket sweep on loopback (1: all hidden, 0: the step
       took compute + communication, negative: running both at once cost more than one after the other);
+    * ``overlap_vs_max`` -- step with overlap / max(compute, communication) (1: the ideal overlap) and
+      ``overlap_off_vs_sum`` -- step without overlap / (compute + communication) (1: nothing hidden);
     * ``compression_speedup`` -- step time with the fp32 hook / with the fp16 hook, both on the link.
     """
     out = {}
@@ -42,6 +44,8 @@ def summary(report: dict) -> dict:
     if "overlap" in report:
         o = report["overlap"]
         out["overlap_hidden"] = (o["compute_s"] + o["comm_s"] - o["overlap_s"]) / o["comm_s"]
+        out["overlap_vs_max"] = o["overlap_s"] / max(o["compute_s"], o["comm_s"])
+        out["overlap_off_vs_sum"] = o["deferred_s"] / (o["compute_s"] + o["comm_s"])
     if "compression" in report:
         c = report["compression"]
         out["compression_speedup"] = c["fp32"]["step_s"] / c["fp16"]["step_s"]

@@ -8,7 +8,9 @@ network does to a training step. Parts (``--parts``):
   time per size fitted to ``t = 2(n-1) alpha + 2(n-1)/n * bytes / beta`` (``probe`` rows);
 * ``overlap`` -- a step's backward with DDP's bucketed overlap (:func:`~disttutor.links.ddp_hooks.link_hook`)
   and without it (:func:`~disttutor.links.ddp_hooks.deferred_hook`), against compute alone
-  (``no_sync``) and communication alone;
+  (``no_sync``) and communication alone, timed in interleaved rounds; on a deeper model (one 1 MiB
+  bucket a layer) whose compute is ``overlap_share`` x its communication, plus instrumented steps
+  (``timeline``: each bucket's hand-over, link start and due time, real all-reduce done);
 * ``compression`` -- torch's fp32 / fp16 / PowerSGD hooks with their all-reduces on the link;
 * ``nosync`` -- k micro-batches per optimiser step, syncing each vs ``no_sync`` for k-1 of them;
 * ``ring`` -- chapter 2's from-scratch naive and ring all-reduces, their messages on the link.
@@ -34,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from disttutor.contract.config import require_positive
 from disttutor.contract.options import cli, opt
 from disttutor.links.ddp_hooks import LinkHookState, deferred_hook, link_hook
-from disttutor.links.emulated import EmulatedLink, emulated_all_reduce
+from disttutor.links.emulated import EmulatedLink, emulated_all_reduce, now
 from disttutor.links.p2p import EmulatedP2P, over_link
 from disttutor.links.presets import PRESETS, custom, preset
 from disttutor.rank import runtime
@@ -57,6 +59,8 @@ class LinkConfig:
     width: int = opt(512, "MLP width (gradient bytes = depth * width^2 * 4, about)")
     depth: int = opt(4, "MLP layers")
     bucket_mb: float = opt(1.0, "DDP bucket_cap_mb for overlap (about one layer per bucket)")
+    overlap_depth: int = opt(8, "MLP layers in the overlap part: one bucket a layer, so the last (unhideable) one is small")
+    overlap_share: float = opt(2.0, "size the overlap part's batch so a step's compute takes this multiple of its emulated all-reduce")
     big_bucket_mb: float = opt(25.0, "bucket_cap_mb for compression and nosync (DDP's default: few rounds)")
     compute_share: float = opt(1.0, "size the batch so a step's compute takes this fraction of the emulated all-reduce")
     comm_bound: int = opt(4, "compression and nosync use batch / comm_bound: a communication-bound step")
@@ -70,10 +74,10 @@ class LinkConfig:
         bad = [p for p in self.parts if p not in PARTS]
         if bad or not self.parts:
             raise ValueError(f"parts must be among {', '.join(PARTS)}; got {list(self.parts)}")
-        require_positive(self, "width", "depth", "steps", "k", "iters", "comm_bound")
-        if not (self.bucket_mb > 0 and self.big_bucket_mb > 0 and self.compute_share > 0):
-            raise ValueError("bucket_mb, big_bucket_mb and compute_share must be > 0, got "
-                             f"{self.bucket_mb}, {self.big_bucket_mb}, {self.compute_share}")
+        require_positive(self, "width", "depth", "overlap_depth", "steps", "k", "iters", "comm_bound")
+        if not (self.bucket_mb > 0 and self.big_bucket_mb > 0 and self.compute_share > 0 and self.overlap_share > 0):
+            raise ValueError("bucket_mb, big_bucket_mb, compute_share and overlap_share must be > 0, got "
+                             f"{self.bucket_mb}, {self.big_bucket_mb}, {self.compute_share}, {self.overlap_share}")
         if not self.sizes or any(s < 64 for s in self.sizes):
             raise ValueError(f"sizes are bytes per rank, each >= 64; got {self.sizes}")
 
@@ -95,6 +99,20 @@ def timed(fn, steps: int, warmup: int = 3) -> float:
         if i >= warmup:
             out.append(slowest(time.perf_counter() - t0))
     return statistics.median(out)
+
+
+def timed_rounds(fns: dict, steps: int, warmup: int = 3) -> dict:
+    """Median seconds of each ``fns[name]()`` (slowest rank), timed in rounds -- one call of each per
+    round -- so that a change of load on a shared machine falls on every one of them alike."""
+    out: dict = {name: [] for name in fns}
+    for i in range(warmup + steps):
+        for name, fn in fns.items():
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            if i >= warmup:
+                out[name].append(slowest(time.perf_counter() - t0))
+    return {name: statistics.median(v) for name, v in out.items()}
 
 
 def probe() -> list[dict]:
@@ -121,22 +139,46 @@ def step_fn(ddp, opt, x, y, micro: int = 1, no_sync_first: bool = False):
     return step
 
 
-def make(cfg: LinkConfig, bucket_mb: float | None = None):
+def make(cfg: LinkConfig, bucket_mb: float | None = None, depth: int | None = None):
     """A fresh DDP replica of the same seeded model (a model takes one comm hook, once)."""
-    model = seeded(MLP, 0, cfg.width, [cfg.width] * (cfg.depth - 1), cfg.width)
+    depth = depth or cfg.depth
+    model = seeded(MLP, 0, cfg.width, [cfg.width] * (depth - 1), cfg.width)
     ddp = DDP(model, bucket_cap_mb=bucket_mb or cfg.bucket_mb)
     return ddp, torch.optim.SGD(ddp.parameters(), lr=1e-3)
 
 
-def size_batch(cfg: LinkConfig, link) -> int:
-    """The batch whose backward takes ``compute_share`` of the emulated all-reduce of the gradients."""
-    ddp, opt = make(cfg)
+def size_batch(cfg: LinkConfig, link, depth: int | None = None, share: float | None = None) -> int:
+    """The batch whose step (forward, backward, optimizer) takes ``share`` x the emulated all-reduce of the gradients."""
+    ddp, opt = make(cfg, depth=depth)
     grad_bytes = sum(p.numel() * 4 for p in ddp.parameters())
-    target = cfg.compute_share * link.all_reduce_time(grad_bytes, dist.get_world_size())
-    x, y = torch.randn(64, cfg.width), torch.randn(64, cfg.width)
-    with ddp.no_sync():   # compute alone: nothing is sent
-        t64 = timed(step_fn(ddp, opt, x, y), 3)
-    return int(min(max(64 * target / t64, 16), 4096))
+    target = (share or cfg.compute_share) * link.all_reduce_time(grad_bytes, dist.get_world_size())
+    batch = 64
+    for _ in range(2):  # a step has a fixed part too: measure at the first guess and correct once
+        x, y = torch.randn(batch, cfg.width), torch.randn(batch, cfg.width)
+        with ddp.no_sync():   # compute alone: nothing is sent
+            t = timed(step_fn(ddp, opt, x, y), 3)
+        batch = int(min(max(batch * target / t, 16), 8192))
+    return batch
+
+
+def timeline(ddp, opt, x, y, link: EmulatedLink, sync: bool = True) -> dict:
+    """One step, instrumented: when the forward ends, when each bucket is handed over, when the link
+    starts and ends its transfer (``start``, ``due``), when the real gloo all-reduce is done, when the
+    step ends; seconds from the step's start (this rank's clock)."""
+    dist.barrier()
+    link.log = []
+    t0 = now()
+    with (contextlib.nullcontext() if sync else ddp.no_sync()):
+        loss = F.mse_loss(ddp(x), y)
+        forward_end = now()
+        loss.backward()        # returns once DDP has every bucket's future back (with sync)
+    backward_end = now()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    end = now()
+    events, link.log = link.log, None
+    return {"forward_end": forward_end - t0, "backward_end": backward_end - t0, "step_end": end - t0,
+            "buckets": [{k: (v - t0 if k != "bytes" else v) for k, v in e.items()} for e in events]}
 
 
 def ddp_parts(cfg: LinkConfig, ctx, parts) -> dict:
@@ -145,31 +187,45 @@ def ddp_parts(cfg: LinkConfig, ctx, parts) -> dict:
     g = torch.Generator().manual_seed(ctx.rank)
     rows = max(batch, max(batch // cfg.comm_bound, 4) * cfg.k)
     x, y = torch.randn(rows, cfg.width, generator=g), torch.randn(rows, cfg.width, generator=g)
-    xb, yb = x[:batch], y[:batch]
     small = max(batch // cfg.comm_bound, 4)
     xs, ys = x[:small], y[:small]
     xk, yk = x[:small * cfg.k], y[:small * cfg.k]
     out = {"batch": batch, "small_batch": small, "caption": link.caption()}
     if "overlap" in parts:
+        # A deeper model than the other parts: one 1 MiB bucket a layer, so the one bucket no
+        # overlap can hide (the first layer's, ready when the backward ends) is 1/overlap_depth of it all.
+        depth, ob = cfg.overlap_depth, size_batch(cfg, link, cfg.overlap_depth, cfg.overlap_share)
+        xo, yo = torch.randn(ob, cfg.width, generator=g), torch.randn(ob, cfg.width, generator=g)
+        out["overlap_batch"] = ob
         # [teach overlap]
-        ddp, opt = make(cfg)
-        with ddp.no_sync():                                    # compute alone: backward, nothing sent
-            compute = timed(step_fn(ddp, opt, xb, yb), cfg.steps)
+        ddp, opt = make(cfg, depth=depth)
         overlap_state = LinkHookState(EmulatedLink(link))
         ddp.register_comm_hook(overlap_state, link_hook)       # each bucket sent as soon as it is ready
-        overlap = timed(step_fn(ddp, opt, xb, yb), cfg.steps)
-        late, opt_late = make(cfg)
+        late, opt_late = make(cfg, depth=depth)
         deferred_state = LinkHookState(EmulatedLink(link))
         late.register_comm_hook(deferred_state, deferred_hook)  # all buckets sent after the backward
-        deferred = timed(step_fn(late, opt_late, xb, yb), cfg.steps)
+
+        def compute_alone():
+            with ddp.no_sync():                                # compute alone: backward, nothing sent
+                step_fn(ddp, opt, xo, yo)()
+        step_fn(ddp, opt, xo, yo)()                            # one step: DDP's buckets are known after it
+        bufs = [torch.zeros(b // 4) for b in overlap_state.bucket_bytes]
+        alone = EmulatedLink(link)
+        median = timed_rounds({"compute": compute_alone, "overlap": step_fn(ddp, opt, xo, yo),
+                               "deferred": step_fn(late, opt_late, xo, yo),
+                               "comm": lambda: [f.wait() for f in [alone.all_reduce(b) for b in bufs]]}, cfg.steps)
+        compute, overlap, deferred, comm = (median[k] for k in ("compute", "overlap", "deferred", "comm"))
         # [/teach overlap]
+        # Three instrumented steps of each kind; the figure shows the median one (by step time).
+        steps = {name: sorted((timeline(m, o_, xo, yo, lk, sync) for _ in range(3)), key=lambda t: t["step_end"])[1]
+                 for name, (m, o_, lk, sync) in {"compute": (ddp, opt, overlap_state.link, False),
+                                                 "overlap": (ddp, opt, overlap_state.link, True),
+                                                 "deferred": (late, opt_late, deferred_state.link, True)}.items()}
         sizes = overlap_state.bucket_bytes
-        alone_link = EmulatedLink(link)
-        bufs = [torch.zeros(b // 4) for b in sizes]
-        comm = timed(lambda: [f.wait() for f in [alone_link.all_reduce(b) for b in bufs]], cfg.steps)
         out["overlap"] = {"compute_s": compute, "overlap_s": overlap, "deferred_s": deferred, "comm_s": comm,
                           "comm_model_s": sum(link.all_reduce_time(b, ctx.world_size) for b in sizes),
-                          "bucket_bytes": sizes, "late": overlap_state.link.late + deferred_state.link.late,
+                          "bucket_bytes": sizes, "timeline": steps, "depth": depth,
+                          "late": overlap_state.link.late + deferred_state.link.late,
                           "transfers": overlap_state.link.transfers + deferred_state.link.transfers}
     if "compression" in parts:
         rows = {}
