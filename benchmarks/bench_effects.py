@@ -9,7 +9,7 @@ Each experiment is sized from the machine as its chapter sizes it, then measured
 * **pipeline bubble** (chapter 7): 2 stages (4 with 4+ cores), GPipe and 1F1B at m = 2, 4, 8, the
   micro-batch sized so a forward slot is ~10x the measured gap between slots
   (:mod:`disttutor.pipeline.slot_size`); ``bubble_fall[schedule]`` is the measured bubble's fall
-  from m = 2 to m = 8 over the formula's (target >= 0.5);
+  from m = p to m = 4p (2 to 8 on 2 stages) over the formula's (target >= 0.5);
 * **emulated link** (chapter 8): when ``benchmarks/effects_link.py`` exists, its
   ``measure_link()`` keys (``emulated_alpha_err``, ``emulated_beta_err``, ``overlap_hidden``,
   ``overlap_vs_max``, ``overlap_off_vs_sum``, ``compression_speedup``) are merged in; its own load readings become ``link_*`` keys.
@@ -60,9 +60,10 @@ def bubble(cores: int) -> dict:
     import disttutor
     from disttutor.pipeline.bubble_model import explain_run
     from disttutor.pipeline.schedules import PipeSpec, slots_from_events
-    from disttutor.pipeline.slot_size import choose_mb_size, fall_ratio, forward_ms_per_row, mean_gap_ms
+    from disttutor.pipeline.slot_size import choose_mb_size, fall_ratio, forward_ms_per_row, mean_gap_ms, sweep_plan
 
-    p, ms, stage = (4 if cores >= 4 else 2), (2, 4, 8), {"width": 1024, "layers_per_stage": 4}
+    p, ms = sweep_plan(cores)  # one stage a core; m = p, 2p, 4p (1F1B needs m >= p)
+    stage = {"width": 1024, "layers_per_stage": 4}
     # The gap between slots, measured on a cheap run (32-row micro-batches, GPipe, m = 4).
     probe = disttutor.launch("pipeline_sweep", nproc=p, timeout=400, stream=False,
                              args={"schedules": ("gpipe",), "microbatches": (4,), "mb_size": 32, **stage})

@@ -103,3 +103,14 @@ def test_fall_ratio_is_one_on_the_formula_and_zero_on_a_flat_bubble():
     drawn = {m: bubble_stats(replay(PipeSpec("gpipe", 2, m), [RankCosts(1.0, 2.0, 0.1, 0.1)] * 2), 2)["bubble"]
              for m in (2, 8)}
     assert fall_ratio(drawn, theory, 2, 8) > 0.5
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 8, 16])
+def test_the_bubble_sweep_fits_any_core_count(cores):
+    """A rank per core, and m >= p at every m: with DISTTUTOR_CORES=8 the old fixed m = 2, 4, 8 on 4 stages made
+    torch's Schedule1F1B refuse the sweep ("Number of microbatches (2) must be greater than or equal to ...")."""
+    from disttutor.pipeline.slot_size import sweep_plan
+
+    p, ms = sweep_plan(cores)
+    assert p == (4 if cores >= 4 else 2) and min(ms) >= p and list(ms) == sorted(set(ms))
+    assert formula(PipeSpec("gpipe", p, ms[0])) - formula(PipeSpec("gpipe", p, ms[-1])) > 0.2  # a visible fall

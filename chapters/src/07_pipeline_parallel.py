@@ -425,15 +425,15 @@ if result_7_2.passed:  # your function on this chapter's own 1F1B run
 # 4 on 4 or more), stages of 4 × Linear(1024, 1024), and a micro-batch sized from two measurements:
 # the mean gap of the interleaved run above, and what one row of a forward slot costs on this CPU
 # (one thread, as a rank runs). The micro-batch is fixed across m (so a slot costs the same whatever
-# m is); GPipe and 1F1B, m = 2, 4, 8:
+# m is); GPipe and 1F1B, m = p, 2p and 4p (m = 2, 4, 8 on 2 stages: torch's `Schedule1F1B` refuses
+# fewer micro-batches than stages):
 
 # %%
 from disttutor.pipeline.bubble_model import explain_run
-from disttutor.pipeline.slot_size import choose_mb_size, fall_ratio, forward_ms_per_row, mean_gap_ms
+from disttutor.pipeline.slot_size import choose_mb_size, fall_ratio, forward_ms_per_row, mean_gap_ms, sweep_plan
 from disttutor.viz.pipeline import model_figure
 
-P = 4 if n_cores >= 4 else 2  # one rank per core: time-sharing would stretch slots, not show the schedule
-MS = (2, 4, 8)
+P, MS = sweep_plan(n_cores)  # one rank per core; m = P, 2P, 4P
 SWEEP_STAGE = {"width": 1024, "layers_per_stage": STAGE["layers_per_stage"]}
 gap_il = mean_gap_ms(spec_il, slots_from_events([r["events"] for r in run_il.results]))
 per_row = forward_ms_per_row(SWEEP_STAGE["width"], SWEEP_STAGE["layers_per_stage"])
@@ -462,7 +462,7 @@ fig = model_figure(sweep, note=f"{P} ranks on {n_cores} cores")
 plt.show()
 
 # %% [markdown]
-# **Does the bubble fall with m?** The formula's bubble falls from m = 2 to m = 8; the line below
+# **Does the bubble fall with m?** The formula's bubble falls from the fewest micro-batches to the most; the line below
 # says how much of that fall the measured bubble showed, schedule by schedule (1.0: all of it):
 
 # %%
@@ -491,7 +491,7 @@ if quiet:  # timing asserts only on a quiet machine; elsewhere the verdicts abov
 # How close counts: NOISE is the run-to-run scatter of a measured bubble at this size (bubble-fraction
 # points). Slots of one stage differ by a few percent from micro-batch to micro-batch, and the formula
 # assumes equal slots, so a measured bubble can sit a little BELOW the formula's; with slots ~10x the gap
-# the formula is already close, and a relative error of a small bubble (0.1 at m = 8) is mostly that noise.
+# the formula is already close, and a relative error of a small bubble (0.1 at m = 4p) is mostly that noise.
 NOISE = 0.03
 worst = max(abs(r["model"] - r["measured"]) for r in sweep)
 worst_rel = max(abs(r["rel_error"]) for r in sweep)

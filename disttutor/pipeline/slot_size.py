@@ -65,3 +65,12 @@ def choose_mb_size(gap_ms: float, per_row_ms: float, ratio: float = 10.0, budget
 def fall_ratio(measured: dict[int, float], theory: dict[int, float], m_lo: int, m_hi: int) -> float:
     """How much of the formula's fall from ``m_lo`` to ``m_hi`` micro-batches the measured bubble showed."""
     return (measured[m_lo] - measured[m_hi]) / (theory[m_lo] - theory[m_hi])
+
+
+def sweep_plan(cores: int) -> tuple[int, tuple[int, ...]]:
+    """Stages and micro-batch counts of a bubble sweep on ``cores`` cores: one stage a core (2 stages, or 4
+    on 4 cores or more: time-sharing would stretch slots, not show the schedule), and m = p, 2p, 4p --
+    torch's ``Schedule1F1B`` refuses fewer micro-batches than stages, and the formula's fall from m = p to
+    4p is the same share on 2 stages as on 4."""
+    p = 4 if cores >= 4 else 2
+    return p, (p, 2 * p, 4 * p)

@@ -1,0 +1,91 @@
+"""Chapters 7 and 8's named checks (disttutor/checks/claims/ch07.py, ch08.py) on inputs shaped like the chapters'
+runs (chapter 7's own drawings; sweeps, counts and bytes as the ranks report them): each returns its verdict when
+the claim holds and names the problem on a realistic wrong input."""
+from __future__ import annotations
+
+import pytest
+
+from disttutor.checks.claims.ch07 import check_bubble_model, check_schedule_drawings
+from disttutor.pipeline.schedules import PipeSpec
+from disttutor.viz.pipeline import describe
+
+
+def _rows():
+    rows = []
+    for spec in [PipeSpec("gpipe", 4, 8), PipeSpec("1f1b", 4, 8), PipeSpec("interleaved", 4, 8, 2)]:
+        d = describe(spec)
+        rows.append({"schedule": spec.schedule, "p": spec.p, "m": spec.m, "v": spec.v,
+                     "bubble (drawing)": round(d["bubble_drawn"], 4), "formula": round(d["bubble_formula"], 4),
+                     "peak activations per rank": d["peak_in_flight"]})
+    return rows
+
+
+def test_the_drawings_match_their_formulas_and_a_wrong_memory_claim_is_named():
+    rows = _rows()
+    assert "1F1B holds p - r" in check_schedule_drawings(rows)
+    rows[1]["peak activations per rank"] = [8, 8, 8, 8]  # 1F1B drawn as if it kept every micro-batch like GPipe
+    with pytest.raises(AssertionError, match="1F1B should keep p - r activations"):
+        check_schedule_drawings(rows)
+
+
+def test_the_bubble_model_is_asserted_only_on_a_quiet_machine():
+    good = [{"m": m, "theory": t, "measured": t + 0.04, "model": t + 0.035} for m, t in ((2, 0.33), (4, 0.2), (8, 0.11))]
+    assert "asserted" in check_bubble_model(good, 0.03, quiet=True)
+    below = [dict(r, measured=r["theory"] - 0.08, model=r["theory"] - 0.08) for r in good]  # a stretched run
+    assert "not asserted" in check_bubble_model(below, 0.03, quiet=False)
+    with pytest.raises(AssertionError, match="below the formula"):
+        check_bubble_model(below, 0.03, quiet=True)
+    blind = [dict(r, model=r["theory"]) for r in good]  # a "model" that ignores the measured overhead
+    with pytest.raises(AssertionError, match="half the formula's miss"):
+        check_bubble_model(blind, 0.03, quiet=True)
+
+
+# ---- chapter 8 ----------------------------------------------------------------------------------
+
+def test_fp16_underflow_is_checked_on_the_real_conversions():
+    import torch
+
+    from disttutor.checks.claims.ch08 import check_fp16_underflow
+
+    fi16 = torch.finfo(torch.float16)
+    sub = fi16.smallest_normal * fi16.eps
+    assert "loss scaling rescues" in check_fp16_underflow(sub, torch.tensor(1e-8))
+    with pytest.raises(AssertionError, match="should underflow"):  # a gradient fp16 can hold: no lesson
+        check_fp16_underflow(sub, torch.tensor(1e-3))
+
+
+def test_no_sync_counts_one_all_reduce_per_group_and_every_micro_batch():
+    from disttutor.checks.claims.ch08 import check_no_sync_counts
+
+    def row(k, no_sync):
+        sizes = [k] * (18 // k) + ([18 % k] if 18 % k else [])
+        return {"k": k, "no_sync": no_sync, "group_sizes": sizes, "grads_left": 0,
+                "allreduces": [1 if no_sync else s for s in sizes]}
+    rows = [row(k, ns) for k in (1, 2, 4) for ns in (False, True)]
+    ok = [{"all_match_reference": True}] * 2
+    assert "1 vs k" in check_no_sync_counts(ok, rows, samples=18)
+    synced = [dict(r, allreduces=[r["k"]] * len(r["group_sizes"])) if r["no_sync"] else r for r in rows]
+    with pytest.raises(AssertionError, match=r"k=2, no_sync=True: 1 all-reduce\(s\) per full group expected"):
+        check_no_sync_counts(ok, synced, samples=18)  # no_sync forgotten: every micro-batch still all-reduces
+    dropped = [dict(r, group_sizes=r["group_sizes"][:4]) if r["k"] == 4 else r for r in rows]
+    with pytest.raises(AssertionError, match="16 of 18 micro-batches stepped"):
+        check_no_sync_counts(ok, dropped, samples=18)  # the leftover 2 dropped instead of stepped
+
+
+def test_hook_bytes_and_bucket_views_name_the_wrong_count():
+    from disttutor.checks.claims.ch08 import check_bucket_view, check_hook_bytes
+
+    base = {"grad_bytes": 4000, "bytes_per_step": 4000, "loss": [1.0, 0.5]}
+    hrows = {"fp16": {"bytes_per_step": 2000, "replicas_equal": True, "loss": [1.0, 0.502]},
+             "powersgd": {"bytes_per_step": 300, "bytes_first_step": 4000, "replicas_equal": True, "loss": [1.0, 0.55]}}
+    allrows = {"bf16": "refused: this build has no bf16 NCCL"}
+    assert check_hook_bytes(base, allrows, hrows, bf16_hook_ok=False) == "checked: bytes exact, replicas equal, losses close"
+    fp32_cast = {**hrows, "fp16": dict(hrows["fp16"], bytes_per_step=4000)}  # a hook that casts back before sending
+    with pytest.raises(AssertionError, match="fp16: 2-byte floats should send exactly half"):
+        check_hook_bytes(base, allrows, fp32_cast, bf16_hook_ok=False)
+
+    bv = {True: {"grads_in_buckets": 6, "params": 6, "held_bytes": 8000, "grad_bytes": 4000, "max_err": 0.0},
+          False: {"grads_in_buckets": 0, "params": 6, "held_bytes": 12000, "grad_bytes": 4000, "max_err": 0.0}}
+    assert "one copy of the gradients" in check_bucket_view(bv)
+    with pytest.raises(AssertionError, match="save exactly one copy"):
+        check_bucket_view({**bv, True: dict(bv[True], held_bytes=12000)})  # views that still copy
