@@ -68,3 +68,36 @@ def test_no_markdown_heading_in_a_code_cell_of_a_notebook(nb):
     found = headings_in_code(notebook_cells(nb))
     assert not found, (f"{os.path.basename(nb)}: a markdown heading written as a comment in a code cell "
                        f"(rebuild it from its source after fixing the source): {found}")
+
+
+# A learner reads technique, not plumbing (issue 22): a cell proves its claims through a named check from
+# disttutor/checks/claims/chNN.py (one line, a printed verdict), not through a stack of asserts, and carries no
+# lint residue. Two bare asserts in a cell are still plain reading; three or more are a check to write.
+MAX_BARE_ASSERTS = 2
+ASSERT_LINE = re.compile(r"^\s*assert ", re.MULTILINE)
+
+
+def plumbing_in_code(cells: list[tuple[str, str]]) -> list[str]:
+    """``cell N: ...`` for every code cell with more than MAX_BARE_ASSERTS asserts or a ``# noqa`` comment."""
+    found = []
+    for i, (kind, src) in enumerate(cells):
+        if kind != "code":
+            continue
+        n = len(ASSERT_LINE.findall(src))
+        if n > MAX_BARE_ASSERTS:
+            found.append(f"cell {i}: {n} asserts (fold them into a check_... in disttutor/checks/claims/)")
+        if "# noqa" in src:
+            found.append(f"cell {i}: a '# noqa' comment (nothing lints chapter cells; move the import up)")
+    return found
+
+
+def test_the_plumbing_detector_finds_an_assert_stack_and_lint_residue():
+    cells = [("code", "x = 1\nassert x\nassert x > 0\n  assert x < 2\n"), ("markdown", "assert a\nassert b\nassert c"),
+             ("code", "import os  # noqa: E402\n"), ("code", "assert ok\nprint(check_thing(ok))\n")]
+    assert plumbing_in_code(cells) == ["cell 0: 3 asserts (fold them into a check_... in disttutor/checks/claims/)",
+                                       "cell 2: a '# noqa' comment (nothing lints chapter cells; move the import up)"]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=os.path.basename)
+def test_no_assert_stack_or_lint_residue_in_a_chapter_cell(src):
+    assert plumbing_in_code(source_cells(src)) == []
