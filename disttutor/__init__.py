@@ -8,6 +8,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from disttutor.contract.machine import usable_cores as cores  # noqa: E402
+from disttutor.contract.machine import quiet  # noqa: E402
 from disttutor.launcher.launch import default_backend, free_port, launch, resolve_program  # noqa: E402
 from disttutor.launcher.results import LaunchError, LaunchInterrupted, LaunchTimeout, RankResult, RunResult  # noqa: E402
 
@@ -26,5 +27,5 @@ def load_ipython_extension(ipython):
     load(ipython)
 
 
-__all__ = ["launch", "cores", "default_backend", "doctor", "free_port", "resolve_program", "RunResult", "RankResult",
+__all__ = ["launch", "cores", "quiet", "default_backend", "doctor", "free_port", "resolve_program", "RunResult", "RankResult",
            "LaunchError", "LaunchTimeout", "LaunchInterrupted", "__version__"]

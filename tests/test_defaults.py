@@ -144,3 +144,17 @@ def test_script_wrapper_exits_without_interpreter_finalisation(tmp_path):
     out = subprocess.run([sys.executable, "-m", "disttutor.rank.user_script", str(bad)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "ValueError: boom" in out.stderr
+
+
+def test_timing_claims_are_judged_on_the_real_cores_not_a_faked_count(monkeypatch):
+    """DISTTUTOR_CORES=8 on a 2-core machine sizes runs for 8 cores, but 4 ranks then share 2 real cores: a chapter
+    asserted chapter 7's bubble model and balance timings there and failed. quiet() counts the real cores."""
+    import disttutor
+    from disttutor.contract import machine
+
+    real = machine.real_cores()
+    monkeypatch.setenv("DISTTUTOR_CORES", str(4 * real))
+    assert disttutor.cores() == 4 * real and machine.real_cores() == real
+    assert not disttutor.quiet(0.0, ranks=real + 1)              # more ranks than real cores: never quiet
+    assert not disttutor.quiet(0.5 * real)                        # half the real cores busy: not quiet
+    assert disttutor.quiet(0.0, 0.1 * real, ranks=real) is True   # idle, a core per rank

@@ -555,7 +555,7 @@ for size, name in ((small, "smallest"), (large, "largest")):
     print(f"at the {name} size ({size_text}) the fitted latency alpha is {min(share[size]):.0%}-"
           f"{max(share[size]):.0%} of the time: {lat_bound} of {len(share[size])} fits latency-bound (alpha > half)")
 load = os.getloadavg()[0]
-quiet = load < 0.5 * disttutor.cores()  # timing claims are asserted only on a quiet machine (house rule)
+quiet = disttutor.quiet(load)  # timing claims: asserted only on a quiet machine (house rule)
 print(f"load {load:.1f}: " + check_sweep(data, ("builtin", "naive", "ring"), (2, 4), SIZES, quiet))
 
 # %% [markdown]
@@ -644,7 +644,7 @@ for r in ring_runs:
           f"(model {1e3 * r['naive_model_s']:.0f}), ring {1e3 * r['ring_s']:.0f} ms (model {1e3 * r['ring_model_s']:.0f}): "
           f"the ring was {r['naive_s'] / r['ring_s']:.1f}x faster (the link's model: {r['naive_model_s'] / r['ring_model_s']:.1f}x); "
           f"late messages: naive {r['naive_late']}, ring {r['ring_late']}")
-print(check_emulated_link(ring_runs, quiet=os.getloadavg()[0] < 0.5 * disttutor.cores()))  # timing: quiet machine only
+print(check_emulated_link(ring_runs, quiet=disttutor.quiet()))  # timing: quiet machine only
 
 # %% tags=["nbval-check-output"]
 assert all(r["naive_ok"] and r["ring_ok"] for r in ring_runs)

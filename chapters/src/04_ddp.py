@@ -582,7 +582,7 @@ print(f"backend {res.ranks[0].info.get('backend', '?')}, {CORES} usable CPU core
       f"load average {LOAD_7:.1f} before, {LOAD_7_AFTER:.1f} after the runs")
 # Timing is asserted only on a quiet machine with a core per rank: elsewhere the verdict is printed.
 # The upper limit allows 10 % of noise above the ideal (the two sizes run minutes apart).
-if N <= CORES and max(LOAD_7, LOAD_7_AFTER) < 0.5 * CORES:
+if disttutor.quiet(LOAD_7, LOAD_7_AFTER, ranks=N):
     assert TARGET <= speed <= 1.1 * N, f"weak scaling {speed:.2f}x on an idle machine (target {TARGET:.2f}x)"
 
 # %% [markdown]

@@ -42,7 +42,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import disttutor
-from disttutor.checks.claims.ch07 import check_bubble_model, check_schedule_drawings
+from disttutor.checks.claims.ch07 import WORST_MISS, check_bubble_model, check_schedule_drawings
 from disttutor.launcher.results import format_table
 from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
 from disttutor.viz.pipeline import bubble_widget, describe, measured_figure, theory_figure
@@ -477,7 +477,7 @@ for sched in ("gpipe", "1f1b"):
           + ("— more micro-batches shrank the bubble, as the formula says" if falls[sched] >= 0.5 else
              f"— less than half: the gaps ({sum(r['gap_ms'] for r in rs.values()) / len(rs):.1f} ms a slot) or "
              f"other work on the machine (load average {max(load_before, load_after):.1f}) took its place"))
-quiet = P <= n_cores and max(load_before, load_after) < 0.5 * n_cores
+quiet = disttutor.quiet(load_before, load_after, ranks=P)
 if quiet:  # timing asserts only on a quiet machine; elsewhere the verdicts above say what happened
     assert all(f >= 0.5 for f in falls.values()), falls
 
@@ -505,7 +505,7 @@ print(f"- so at this size {'most' if min(frac) > 0.5 else 'not most'} of a rank'
 print(f"- the formula misses by {min(r['measured'] - r['theory'] for r in sweep):+.2f} to "
       f"{max(r['measured'] - r['theory'] for r in sweep):+.2f}; theory + measured overhead misses by at most "
       f"{worst:.2f} ({100 * worst_rel:.0f} % of the measured bubble; "
-      f"{'within' if worst <= 0.05 else 'NOT within'} 0.05 on this run).")
+      f"{'within' if worst <= WORST_MISS else 'NOT within'} {WORST_MISS} on this run).")
 # Overhead only adds idle time (up to NOISE), and the model, which knows the overhead, must do at least as
 # well as the formula. Asserted with a rank per core and nothing else running (the check says why not otherwise).
 print("- " + check_bubble_model(sweep, NOISE, quiet))
@@ -825,13 +825,21 @@ print(f"- split 6+2: rank 0's slots take {work_u:.1f}x rank 1's CPU time; rank 1
       f"{u['idle rank 1']:.0%} of the step (rank 0: {u['idle rank 0']:.0%});")
 print(f"- split 4+4: {work_b:.1f}x, idle {bl['idle rank 0']:.0%} / {bl['idle rank 1']:.0%};")
 faster = bl["window ms"] < u["window ms"]
+# Idle time of the balanced run beyond 1F1B's own bubble: the gaps between slots (activations sent over
+# loopback, Python), which no split removes. When they are large, balancing cannot show in the window.
+bubble_bal = formula(PipeSpec("1f1b", 2, 8))
+gaps = max(bl["idle rank 0"], bl["idle rank 1"]) - bubble_bal
 print(f"- the step's window: {u['window ms']:.0f} ms unbalanced, {bl['window ms']:.0f} ms balanced -> "
       + ("balancing made the step faster" if faster else
-         f"no speed-up here: at load {load_bal:.1f} on {n_cores} cores the ranks wait for cores, and an idle "
-         "rank's core time goes to the busy one"))
+         f"no speed-up here: the balanced ranks were idle {max(bl['idle rank 0'], bl['idle rank 1']):.0%} of the "
+         f"step against the schedule's own bubble of {bubble_bal:.0%}, so gaps between slots took what balancing "
+         f"saved" + (f" (and at load {load_bal:.1f} on {n_cores} cores the ranks also waited for cores)"
+                     if not disttutor.quiet(load_bal, ranks=2) else "")))
 print("CPU work closer to equal with 4+4 than with 6+2:", abs(work_b - 1) < abs(work_u - 1))
-if load_bal < 0.5 * n_cores:  # timing claims, asserted on a quiet machine only (house rule)
-    assert work_u > 1 and abs(work_b - 1) < abs(work_u - 1) and faster
+# CPU time is the work itself, whatever else the machine runs: asserted always (3.6x against 1.0x measured).
+assert work_u > 1 and abs(work_b - 1) < abs(work_u - 1), (work_u, work_b)
+if disttutor.quiet(load_bal, ranks=2) and gaps <= 0.1:  # a timing claim: a quiet machine, slots long against gaps
+    assert faster, (u["window ms"], bl["window ms"])
 
 # %% [markdown]
 # The idle columns are the per-stage bubble read off the timeline: in the 6 + 2 split one rank

@@ -472,7 +472,7 @@ show_code("disttutor.programs.emulated_link", "overlap")
 # real all-reduce (loopback, for the correct gradients) only has to be done by the link's due time.
 
 # %%
-IDLE = os.getloadavg()[0] < 0.5 * disttutor.cores()   # timing asserts only on a quiet machine
+IDLE = disttutor.quiet(ranks=2)   # timing asserts only on a quiet machine
 emu = disttutor.launch("emulated_link", nproc=2, args={"link": "1GbE", "parts": ("probe", "overlap", "compression", "nosync")},
                        **LAUNCH)
 e = emu.results[0]
@@ -714,7 +714,7 @@ else:
     print(f"=> workers did not pay off on this run although {spare} core(s) had no main process: other work took "
           f"them (load average {os.getloadavg()[0]:.1f} on {d['cores']} cores).")
 # Timing assert only on a quiet machine with a core to spare (elsewhere the line above says why not).
-if spare >= 1 and max(LOAD, os.getloadavg()[0]) < 0.5 * d["cores"]:
+if spare >= 1 and disttutor.quiet(LOAD, os.getloadavg()[0]):
     assert fast["workers"] > 0, [r["items_per_s"] for r in rows0]
 npers = next(r for r in d["rows"] if "persistent" in r["label"])
 same = next(r for r in rows0 if r["workers"] == npers["workers"])  # the same loader, persistence flipped

@@ -44,3 +44,21 @@ def usable_cores() -> int:
     if quota is not None:
         n = min(n, max(1, math.floor(quota)))
     return max(1, n)
+
+
+def real_cores() -> int:
+    """The cores this process may really run on: :func:`usable_cores` without the ``DISTTUTOR_CORES`` override."""
+    saved = os.environ.pop(contract.ENV_CORES, None)
+    try:
+        return usable_cores()
+    finally:
+        if saved is not None:
+            os.environ[contract.ENV_CORES] = saved
+
+
+def quiet(*loads: float, ranks: int = 1) -> bool:
+    """May a timing claim be asserted? Every rank has a real core of its own and every load average given
+    (default: now) is under half the real cores. Judged on the real cores, never on a faked ``DISTTUTOR_CORES``:
+    sized for 8 cores on a 2-core machine, 4 ranks share 2 cores, and no timing claim about them holds."""
+    n = real_cores()
+    return ranks <= n and max(loads or (os.getloadavg()[0],)) < 0.5 * n
