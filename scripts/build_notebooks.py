@@ -36,16 +36,18 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CELL_TIMEOUT_S = 600
-_MARK = re.compile(r"^# %%(?P<md> \[markdown\])?(?: tags=(?P<tags>\[.*\]))?\s*$")
+# A markdown cell may carry a stable id (``# %% [markdown] id="md-04-07"``): the notebook cell's id, and
+# the key of its translation (chapters/zh/src/, scripts/translate.py), so it survives cells added above it.
+_MARK = re.compile(r'^# %%(?P<md> \[markdown\])?(?: id="(?P<id>[A-Za-z0-9-]+)")?(?: tags=(?P<tags>\[.*\]))?\s*$')
 
 
 def parse(text: str) -> list[dict]:
-    """Percent-format source -> list of {"type", "source", "tags"}."""
+    """Percent-format source -> list of {"type", "source", "tags", "id"} (id: None unless the source gives one)."""
     cells: list[dict] = []
     for line in text.splitlines():
         m = _MARK.match(line)
         if m:
-            cells.append({"type": "markdown" if m.group("md") else "code", "lines": [],
+            cells.append({"type": "markdown" if m.group("md") else "code", "lines": [], "id": m.group("id"),
                           "tags": json.loads(m.group("tags")) if m.group("tags") else []})
         elif cells:
             cells[-1]["lines"].append(line)
@@ -58,7 +60,7 @@ def parse(text: str) -> list[dict]:
             lines.pop(0)
         if c["type"] == "markdown":
             lines = [ln[2:] if ln.startswith("# ") else ln.lstrip("#") for ln in lines]
-        out.append({"type": c["type"], "source": "\n".join(lines), "tags": c["tags"]})
+        out.append({"type": c["type"], "source": "\n".join(lines), "tags": c["tags"], "id": c["id"]})
     return out
 
 
@@ -75,7 +77,9 @@ def build(src: str):
     for i, c in enumerate(parse(open(src).read())):
         cell = (nbformat.v4.new_markdown_cell if c["type"] == "markdown" else nbformat.v4.new_code_cell)(c["source"])
         cell.metadata.update(cell_metadata(c))
-        cell["id"] = f"cell-{i:03d}"  # stable ids: rebuilding changes no line that did not change
+        # stable ids: rebuilding changes no line that did not change; a markdown cell's own id survives
+        # cells inserted above it (its translation is keyed by it)
+        cell["id"] = c["id"] or f"cell-{i:03d}"
         nb.cells.append(cell)
     return nb
 

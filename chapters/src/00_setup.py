@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-00-01"
 # # Chapter 0 — Setup: your first distributed job, and what happens when it goes wrong
 #
 # Welcome to **disttutor**, a hands-on course on PyTorch distributed training. Everything in it
@@ -20,13 +20,13 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(0)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-00-02" tags=["opening"]
 # **After this chapter you can**
 # * check a machine for distributed training with `disttutor.doctor()` and read what it reports;
 # * launch a job of several processes from a notebook cell and read every rank's result back as data;
 # * tell a hang, a timeout and a crashed rank apart — and know that none of them freezes the notebook or leaves a process behind.
 
-# %% [markdown]
+# %% [markdown] id="md-00-03"
 # **Five words this course uses everywhere**
 #
 # | term | what it means |
@@ -37,7 +37,7 @@ disttutor.course.chapters.header(0)
 # | **backend** | the library that moves the bytes between ranks: **gloo** (CPUs, in every PyTorch build) or **NCCL** (NVIDIA GPUs). |
 # | **process group** | the set of ranks a collective runs over; `init_process_group` creates the default one, all ranks. |
 
-# %% [markdown]
+# %% [markdown] id="md-00-04"
 # ### How a cell runs a distributed job
 #
 # ```
@@ -72,7 +72,7 @@ from disttutor.checks.claims.ch00 import (check_allreduce_sum, check_crashed, ch
 
 print("disttutor", disttutor.__version__)
 
-# %% [markdown]
+# %% [markdown] id="md-00-05"
 # ## 1. Check the machine
 #
 # `doctor()` reports the torch version, CPU cores, GPUs and which process-group backends this
@@ -85,7 +85,7 @@ report = disttutor.doctor()
 print(report)
 assert report.ok, "the environment is not ready: see the problems above"
 
-# %% [markdown]
+# %% [markdown] id="md-00-06"
 # ## 2. Hello, all-reduce
 #
 # The first program, `disttutor/programs/hello.py`, is a dozen lines. Each rank starts with a
@@ -97,7 +97,7 @@ from disttutor.course.source import show_code
 
 show_code("disttutor.programs.hello", "allreduce")
 
-# %% [markdown]
+# %% [markdown] id="md-00-07"
 # Launch it on 4 ranks. Each rank's lines appear as they are printed, prefixed with the rank;
 # they arrive in whatever order the processes happen to run (that order is *not* deterministic —
 # which is why the tests never compare this cell's output).
@@ -106,20 +106,20 @@ show_code("disttutor.programs.hello", "allreduce")
 res = disttutor.launch("hello", nproc=4)
 res
 
-# %% [markdown]
+# %% [markdown] id="md-00-08"
 # `res` holds every rank's report as Python data. A rank-sorted table is deterministic, so the
 # course's tests compare this cell's output on every run:
 
 # %% tags=["nbval-check-output"]
 print(res.table("before", "after", "expected"))
 
-# %% [markdown]
+# %% [markdown] id="md-00-09"
 # And the claim — *every rank ends with the sum over ranks* — is checked, not just shown:
 
 # %%
 print(check_allreduce_sum(res.results))
 
-# %% [markdown]
+# %% [markdown] id="md-00-10"
 # Where did the ranks run? The runtime picked the backend and device for them: NCCL and one GPU
 # per rank when every rank on the machine can have its own GPU, gloo + CPU otherwise.
 # (Machine-dependent, so not compared.)
@@ -130,7 +130,7 @@ backends = sorted({r.info["backend"] for r in res.ranks})
 print(f"on this machine ({disttutor.cores()} usable CPU cores): backend {', '.join(backends)}")
 print(f"wall time of the job: {res.wall_s:.1f} s (torchrun start-up, 4 x `import torch`, the job)")
 
-# %% [markdown]
+# %% [markdown] id="md-00-11"
 # That choice is `launch()`'s default, `backend="auto"`. A teacher can fix it for every launch of a
 # class — gloo on a shared GPU box, say — by setting `DISTTUTOR_DEFAULT_BACKEND` before JupyterLab
 # starts. The default in force in this notebook, and where it came from (machine-dependent, not
@@ -139,7 +139,7 @@ print(f"wall time of the job: {res.wall_s:.1f} s (torchrun start-up, 4 x `import
 # %%
 print(disttutor.default_backend())
 
-# %% [markdown]
+# %% [markdown] id="md-00-12"
 # The same program on 2 ranks: nothing in it mentions a world size, so it just works.
 
 # %% tags=["nbval-check-output"]
@@ -147,7 +147,7 @@ res2 = disttutor.launch("hello", nproc=2, stream=False)
 print(res2.table("after"))
 print(check_allreduce_sum(res2.results))
 
-# %% [markdown]
+# %% [markdown] id="md-00-13"
 # ### What travels back
 #
 # Each rank wrote `rank{r}.json` into the run directory; big tensors never leave a rank (the
@@ -159,7 +159,7 @@ with open(os.path.join(res.run_dir, "rank0.json")) as f:
 print(sorted(rank0))
 print(sorted(rank0["results"]))
 
-# %% [markdown]
+# %% [markdown] id="md-00-14"
 # ## 3. When things go wrong
 #
 # Distributed programs fail in ways single-process programs do not: one rank waits forever for a
@@ -178,7 +178,7 @@ hung = disttutor.launch("hello", nproc=2, args={"skip_rank": 1}, collective_time
                         stream=False)
 print(hung.summary(lines=1))
 
-# %% [markdown]
+# %% [markdown] id="md-00-15"
 # The statuses are data too, so the story can be checked: rank 0 failed because it waited too long,
 # rank 1 was still running and was stopped.
 
@@ -186,7 +186,7 @@ print(hung.summary(lines=1))
 print(hung.table())
 print(check_hang_ended(hung, skipped=1, timeout_s=3))
 
-# %% [markdown]
+# %% [markdown] id="md-00-16"
 # ### A job that runs too long
 #
 # If a collective timeout is long (or a rank spins in Python), the launcher's own wall-clock
@@ -205,7 +205,7 @@ except disttutor.LaunchTimeout as e:
 print("stuck ranks:", timed_out.stuck_ranks)
 assert timed_out.stuck_ranks == [0, 1]
 
-# %% [markdown]
+# %% [markdown] id="md-00-17"
 # ### A crashed rank
 #
 # `--crash-rank 1` makes rank 1 die with `os._exit(3)` — no Python cleanup, no report, like a
@@ -225,7 +225,7 @@ except disttutor.LaunchError as e:
 print(crashed.ranks[1].status, "--", crashed.ranks[1].error)
 print(check_crashed(crashed, rank=1, exit_code=3))
 
-# %% [markdown]
+# %% [markdown] id="md-00-18"
 # ### Nothing is left behind
 #
 # After each of those failures, no torchrun or worker process of ours is still alive:
@@ -241,7 +241,7 @@ def our_jobs():
 
 print(check_no_leftovers(our_jobs()))
 
-# %% [markdown]
+# %% [markdown] id="md-00-19"
 # Two more guarantees are tested by the course's test suite (`tests/test_lifecycle.py`) rather than
 # here, because they need the notebook itself to be interrupted or killed:
 #
@@ -265,7 +265,7 @@ try:
 except FileNotFoundError as e:
     print(f"{type(e).__name__}: {e}")
 
-# %% [markdown]
+# %% [markdown] id="md-00-20"
 # ## Live ranks: type distributed code straight into a cell
 #
 # Programs are the right tool for timed runs and anything that must start clean. To *explore*,
@@ -285,7 +285,7 @@ t = torch.full((2,), float(rank))
 dist.all_reduce(t)
 t
 
-# %% [markdown]
+# %% [markdown] id="md-00-21"
 # Each rank kept its own `t`. `%ranks pull t` brings every rank's value back into this notebook as a
 # list in rank order (and `%ranks push name` sends one of yours to every rank):
 
@@ -294,7 +294,7 @@ t
 print([x.tolist() for x in t])
 assert all(x.tolist() == [6.0, 6.0] for x in t)  # 0 + 1 + 2 + 3 on every rank
 
-# %% [markdown]
+# %% [markdown] id="md-00-22"
 # ### The hung collective, on live ranks
 #
 # The mistake from section 3 again: rank 1 skips the all-reduce. A live cell has a timeout
@@ -312,7 +312,7 @@ if rank != 1:
     dist.all_reduce(t)
 t
 
-# %% [markdown]
+# %% [markdown] id="md-00-23"
 # The same story as data: `disttutor.live.last_result()` is the last cell's result.
 
 # %% tags=["nbval-check-output"]
@@ -323,7 +323,7 @@ for r in stuck.ranks:
     print(f"rank {r}: {stuck.status[r]:5}  {stuck.stuck.get(r, '').split(' -- ')[0]}")
 print(check_live_hang(stuck, skipped=1, line=3, call="dist.all_reduce(t)"))
 
-# %% [markdown]
+# %% [markdown] id="md-00-24"
 # The restarted pool works (and `t` is gone, as promised). `%ranks stop` ends it; no process is left.
 
 # %% tags=["nbval-check-output"]
@@ -337,7 +337,7 @@ x.item()
 %ranks stop
 print(check_no_leftovers(our_jobs()))
 
-# %% [markdown]
+# %% [markdown] id="md-00-25"
 # ## 4. The same thing from a terminal
 #
 # Everything here also works outside Jupyter:
@@ -358,7 +358,7 @@ print(check_no_leftovers(our_jobs()))
 # **Next:** chapter 1 asks *why* we distribute training at all, and chapter 2 opens up the process
 # group and every collective the course uses.
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-00-26" tags=["takeaways"]
 # ## Key takeaways
 #
 # * `disttutor.launch(program, nproc)` starts real processes under torchrun; each rank's report comes back as data (`res.results[r]`).
@@ -367,7 +367,7 @@ print(check_no_leftovers(our_jobs()))
 # * The kernel never forks and never `mp.spawn`s a notebook function: programs are modules, started fresh.
 # * gloo on CPUs, NCCL on GPUs: the same program picks its backend and device itself.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-00-27" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -387,13 +387,13 @@ reveal("0.q1", my_prediction, measured, rel_tol=0,  # small integers summed in f
        explain=f"Every rank holds {measured:g} = " + " + ".join(f"{r['before'][0]:g}" for r in q1.results)
        + ": `all_reduce` defaults to `ReduceOp.SUM` and leaves the result on **every** rank, not only on rank 0.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-00-28" tags=["question"]
 # **Question 0.2.** Rank 1 of a 4-rank job never calls the all-reduce; the collective timeout is 3 s. Which ranks end with an error, which are stopped, and why does nobody wait forever?
 
 # %%
 answer("0.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-00-29" tags=["question"]
 # **Question 0.3.** Why does every job here run a module (`python -m disttutor.programs.NAME`) instead of `mp.spawn` of a function defined in a notebook cell?
 
 # %%

@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-01-01"
 # # Chapter 1 — Why distributed training?
 #
 # *Source: §1–§2 of the article "PyTorch distributed training: from beginner to master".*
@@ -24,7 +24,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(1)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-01-02" tags=["opening"]
 # **After this chapter you can**
 # * estimate the memory training needs — weights, gradients, optimizer states, activations — and what ZeRO-1/2/3 divide;
 # * say what data, tensor, layer-wise and pipeline parallelism each split, and check it on real ranks;
@@ -50,7 +50,7 @@ from disttutor.viz.parallelism import ownership_picture
 torch.manual_seed(0)
 print("torch", torch.__version__)
 
-# %% [markdown]
+# %% [markdown] id="md-01-03"
 # ## 1. Where the memory goes
 #
 # Training a model keeps four kinds of tensors alive on the device:
@@ -104,7 +104,7 @@ print(f"MLP with {P:,} parameters in {n_tensors} tensors; measured bytes per par
 print(format_table(rows))
 print(check_state_bytes(measured, P, n_tensors))
 
-# %% [markdown]
+# %% [markdown] id="md-01-04"
 # The measured numbers are exactly the table's fp32 rows (the check above). The mixed-precision
 # row needs a second copy of the weights: there is no built-in "master weights" optimizer in
 # PyTorch, so let us build the scheme by hand — 16-bit model, fp32 master copy, Adam on the master —
@@ -131,7 +131,7 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
 nn.functional.mse_loss(y.float(), target).backward()
 print(check_autocast(y, auto))
 
-# %% [markdown]
+# %% [markdown] id="md-01-05"
 # ### Activations
 #
 # Activations are what autograd *saves* in the forward pass to compute the backward pass. We can
@@ -150,7 +150,7 @@ for batch in (16, 64):
     assert got == want, (got, want)
     print(f"batch {batch:3d}: autograd saved {got:,} bytes = formula {want:,}")
 
-# %% [markdown]
+# %% [markdown] id="md-01-06"
 # For a Transformer layer we use the estimate of Korthikanti et al. (2022), written for `e`-byte
 # activations, sequence `s`, micro-batch `b`, hidden `h`, heads `a`, tensor-parallel degree `t`:
 #
@@ -174,7 +174,7 @@ print(f"layer parameters {n_layer:,} = 12h^2 + 13h;  activations: measured {got:
       f"ratio {ratio:.2f}")
 print(check_transformer_layer(n_layer, h, ratio))
 
-# %% [markdown]
+# %% [markdown] id="md-01-07"
 # PyTorch eager mode saves somewhat *more* than the estimate (the printed ratio), because it keeps
 # a few extra tensors the estimate does not count. Good enough to size a job — and a reminder that
 # an activation estimate is only ever an estimate; measure your own model (chapter 9 profiles every
@@ -206,7 +206,7 @@ cfg = mem.TrainingSetup(layers=32, hidden=4096, heads=32, seq=1024, batch=32)
 print()
 print(check_calculator(rows, cfg.params, n=8, device_gib=80))
 
-# %% [markdown]
+# %% [markdown] id="md-01-08"
 # Read the bars: plain data parallelism (`DP x8`) leaves every device with the *same* 100 GiB of
 # weights, gradients and Adam states it had alone — it buys speed, not room. ZeRO/FSDP removes that
 # redundancy; tensor and pipeline parallelism remove it by splitting the model itself (tensor
@@ -222,7 +222,7 @@ gib = gpt3 * sum(mem.bytes_per_param("mixed", "adam").values()) / mem.GIB
 print(f"GPT-3 model states: {gib:,.0f} GiB -> at least {gib / 80:.0f} devices of 80 GiB, even fully sharded")
 assert gib / 80 > 30
 
-# %% [markdown]
+# %% [markdown] id="md-01-09"
 # Now try it yourself: change the model, the batch, the sequence length, the precision, the
 # optimizer and the number of devices. (Strategies a shape cannot be split into — e.g. 12 layers
 # over 8 pipeline stages — are left out rather than rounded.)
@@ -230,7 +230,7 @@ assert gib / 80 > 30
 # %%
 calculator()
 
-# %% [markdown]
+# %% [markdown] id="md-01-10"
 # ### Exercise 1.1 — memory per device under DDP and ZeRO-1/2/3
 #
 # Write `zero_memory(n_params, bytes_per_param, world, stage)`: the bytes **one device** holds for
@@ -259,7 +259,7 @@ from disttutor.checks.memory import check_zero_memory
 
 print(check_zero_memory(zero_memory))
 
-# %% [markdown]
+# %% [markdown] id="md-01-11"
 # ## 3. What each kind of parallelism splits
 #
 # The article (§2.1) lists three ways to spread training over devices:
@@ -297,7 +297,7 @@ show_code("disttutor.programs.parallelism", "data")
 # %%
 show_code("disttutor.programs.parallelism", "average")
 
-# %% [markdown]
+# %% [markdown] id="md-01-12"
 # and tensor parallelism (each rank its slice of the hidden units; one all-reduce adds the partial
 # outputs of the second layer):
 
@@ -316,7 +316,7 @@ def view(mode, *keys):
     return format_table([{"rank": r, **{k: res.results[r][mode][k] for k in keys}} for r in range(W)])
 
 
-# %% [markdown]
+# %% [markdown] id="md-01-13"
 # ### 3.1 Data parallelism: split the samples
 #
 # Every rank builds the whole model; `torch.utils.data.DistributedSampler` gives rank `r` the
@@ -337,7 +337,7 @@ ownership_picture("data parallel", samples, 32, "sample index",
                   "each rank processes 1/N of the samples (and holds all layers)")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-01-14"
 # ### 3.2 Tensor (intra-layer) parallelism: split every layer
 #
 # The Megatron-LM MLP block `Linear(16→32) → ReLU → Linear(32→4)`: rank `r` keeps 8 of the 32 hidden
@@ -358,7 +358,7 @@ ownership_picture("tensor parallel", units, 32, "hidden unit",
                   "each rank holds 1/N of every layer (and sees all samples)")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-01-15"
 # ### 3.3 Layer-wise model parallelism: split the layers
 #
 # Rank `r` keeps a block of whole layers and passes its output to rank `r+1` with `dist.send` /
@@ -379,7 +379,7 @@ ownership_picture("layer model parallel", layers, 7, "module of the Sequential (
                   "each rank holds whole layers (and sees all samples)")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-01-16"
 # The model is split — each rank holds about a quarter of it — but only one rank works at a time:
 # with `N` devices you get `1/N` utilisation. Note too that the split is **unbalanced**
 # (`params_held`): the middle layers are 32×32, the first 16×32 and the last 32×4. Balancing stages
@@ -408,7 +408,7 @@ ax.set_yticks(range(W), [f"stage {r}" for r in range(W)])
 fig.tight_layout()
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-01-17"
 # The staircase is the article's §7.2 timeline, measured. Two more corrections to that section:
 # the pieces flowing through the pipeline are **micro-batches of one batch**, not "different
 # batches" — the optimizer steps only after all micro-batches have gone forward *and backward*, so
@@ -434,7 +434,7 @@ table = [
 print(format_table(table))
 print(check_opposites(table, W))
 
-# %% [markdown]
+# %% [markdown] id="md-01-18"
 # Data parallelism replicates the model and splits the samples; pipeline parallelism splits the model
 # and passes every sample through every stage. They are opposites, not a mix — which is exactly why
 # large jobs *combine* them (hybrid / 3D parallelism).
@@ -452,7 +452,7 @@ print(check_opposites(table, W))
 # Data parallelism alone does not help with it; sharding (ZeRO/FSDP, [chapter 11](11_beyond_ddp.ipynb)) and model
 # splitting (chapters 6–7) do.
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-01-19" tags=["takeaways"]
 # ## Key takeaways
 #
 # * Training with AdamW in fp32 costs 16 bytes per parameter — 4 weight, 4 gradient, 8 optimizer states — before any activation.
@@ -461,7 +461,7 @@ print(check_opposites(table, W))
 # * Tensor parallelism splits inside every layer, layer-wise model parallelism splits the layers, pipeline parallelism is layer splitting plus micro-batches — not a mix of data and model parallelism.
 # * Memory, not only time, is why a model gets distributed.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-01-20" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -489,13 +489,13 @@ reveal("1.q1", my_prediction, measured, rel_tol=0.05,  # 5 %: 8 bytes and the fe
        f"for {n_params} parameters, 8 per parameter. The rest, {state['step']} bytes, is one `step` counter per parameter tensor "
        f"({len(q1_opt.state)} tensors). With the weight (4) and its gradient (4) that is the 16 bytes per parameter of section 1.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-01-21" tags=["question"]
 # **Question 1.2.** A 7-billion-parameter model, AdamW in fp32, 8 GPUs of 80 GB. How much model-state memory does each GPU need under plain data parallelism, ZeRO-1, ZeRO-2 and ZeRO-3, and which fit?
 
 # %%
 answer("1.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-01-22" tags=["question"]
 # **Question 1.3.** The article calls pipeline parallelism "a mix of data and model parallelism". Why is that wrong, in terms of what the table in section 3 measured?
 
 # %%

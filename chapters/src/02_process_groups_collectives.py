@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-02-01"
 # # Chapter 2 — Process groups, backends, collectives, and an all-reduce lab
 #
 # The article's §3 names the three building blocks of `torch.distributed` in a few lines:
@@ -23,7 +23,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(2)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-02-02" tags=["opening"]
 # **After this chapter you can**
 # * create process groups (the world and subgroups) and say which environment variables torchrun gives each rank;
 # * predict what every collective — broadcast, reduce, all-reduce, all-gather, reduce-scatter, gather, scatter, send/recv — leaves on every rank;
@@ -46,7 +46,7 @@ from disttutor.viz.collectives import collective_figure, describe_moves
 assert disttutor.resolve_program("process_groups")[0] == "disttutor.programs.process_groups"
 print("torch", torch.__version__)
 
-# %% [markdown]
+# %% [markdown] id="md-02-03"
 # ## 1. Process groups
 #
 # `torchrun` starts one process per device (per *rank*) and gives each one its identity in
@@ -69,7 +69,7 @@ pg2 = disttutor.launch("process_groups", nproc=2, stream=False)
 print(pg2.table("rank", "local_rank", "world_size", "world_sum"))
 print(check_process_groups(pg2.results))
 
-# %% [markdown]
+# %% [markdown] id="md-02-04"
 # Now four. `dist.new_group(ranks)` makes a group of some of the ranks; collectives that get
 # `group=` only involve its members. The program makes the even ranks and the odd ranks into two
 # groups, and uses `dist.new_subgroups(group_size=2)` for consecutive blocks (the shape of "one
@@ -81,7 +81,7 @@ print(pg4.table("parity_group", "parity_rank", "parity_sum", "block_group", "blo
                 "world_sum"))
 print(check_process_groups(pg4.results, group_size=2))  # only my group's members were added
 
-# %% [markdown]
+# %% [markdown] id="md-02-05"
 # A rank has a *global* rank and a rank *inside each group* (`dist.get_rank(group)`): rank 3 is
 # number 1 of the odd group. One subtlety is worth its comment in the program: **`new_group` is
 # itself collective** — every rank must call it, with the same list, in the same order, even ranks
@@ -97,7 +97,7 @@ for r in skip.ranks:
     print(f"rank {r.rank}: {' -> '.join(where[r.rank])} -> {r.status}: {(r.error or '').split(' -- ')[0]}")
 print(check_skipped_new_group(skip, where, timeout_s=10))
 
-# %% [markdown]
+# %% [markdown] id="md-02-06"
 # So nothing "mismatches" quietly: rank 0 waits **inside `new_group`** for rank 1 to join the new
 # group, while rank 1 has moved on and waits in the all-reduce for rank 0. Each waits for the other
 # in a different call — a deadlock that only the collective timeout ends (here after 10 s; the
@@ -113,7 +113,7 @@ print(format_table(env_rows))
 print("MASTER_ADDR:", pg4.results[0]["env"]["MASTER_ADDR"], "| also set:", ", ".join(pg4.results[0]["varying_env"]))
 print(check_torchrun_env(pg4.results))
 
-# %% [markdown]
+# %% [markdown] id="md-02-07"
 # ## 2. Backends: NCCL, Gloo, MPI
 #
 # The backend is the library under `dist.all_reduce` and friends:
@@ -139,7 +139,7 @@ build_flags = dict(re.findall(r"USE_(MPI|NCCL|GLOO)=(\w+)", torch.__config__.sho
 print(format_table([{"backend": k, "built in": v, "build flag": build_flags.get(k.upper(), "-")} for k, v in available.items()]))
 print(check_backends(available, build_flags))
 
-# %% [markdown]
+# %% [markdown] id="md-02-08"
 # `runtime.setup()` picks for you: NCCL with `cuda:LOCAL_RANK` when every local rank has its own
 # GPU, otherwise Gloo on CPU. Programs never name a backend, so the same file runs on a laptop and
 # on a GPU node. Here is the choice on this machine, and what the ranks actually used:
@@ -155,7 +155,7 @@ assert {r["backend"] for r in pg4.results} == {choice[0]}
 if n_gpu < 4:
     print("No 4 GPUs here: NCCL cannot run, so the ranks above used gloo on CPU. Same code, other backend.")
 
-# %% [markdown]
+# %% [markdown] id="md-02-09"
 # Asking for NCCL where it cannot run is a clear error before anything starts (not a hang):
 
 # %%
@@ -166,7 +166,7 @@ except ValueError as e:
     print("ValueError:", e)
     assert n_gpu < 2
 
-# %% [markdown]
+# %% [markdown] id="md-02-10"
 # ## 3. The collectives
 #
 # A **collective** is an operation every rank of a group calls; the backend moves the data. The
@@ -212,7 +212,7 @@ def moves(op):
                                     [rep[op]["after"] for rep in coll.results], chunk=2)))
 
 
-# %% [markdown]
+# %% [markdown] id="md-02-11"
 # **broadcast** (`src=0`): everybody ends with rank 0's tensor — how DDP makes all replicas start
 # from the same weights.
 
@@ -224,7 +224,7 @@ show("broadcast")
 moves("broadcast")
 print(check_collective("broadcast", coll.results, X, X_BIG))
 
-# %% [markdown]
+# %% [markdown] id="md-02-12"
 # **reduce** (`dst=0`): the sum arrives on rank 0 only; the other ranks' buffers are *unspecified*
 # afterwards (the backend may use them as scratch space), so they are not shown.
 
@@ -236,7 +236,7 @@ show("reduce")
 moves("reduce")
 print(check_collective("reduce", coll.results, X, X_BIG))
 
-# %% [markdown]
+# %% [markdown] id="md-02-13"
 # **all_reduce**: the sum on every rank — the collective of data parallelism (averaging gradients).
 
 # %%
@@ -247,7 +247,7 @@ show("all_reduce")
 moves("all_reduce")
 print(check_collective("all_reduce", coll.results, X, X_BIG))
 
-# %% [markdown]
+# %% [markdown] id="md-02-14"
 # **all_gather** (`all_gather_single`): everybody gets everybody's tensor, in rank order — how
 # FSDP rebuilds a layer's full weights from the shards just before using them.
 
@@ -259,7 +259,7 @@ show("all_gather")
 moves("all_gather")
 print(check_collective("all_gather", coll.results, X, X_BIG))
 
-# %% [markdown]
+# %% [markdown] id="md-02-15"
 # **reduce_scatter** (`reduce_scatter_single`): each rank has `N` chunks; chunk `i` of the *sum*
 # lands on rank `i`. It is the first half of a ring all-reduce, and the heart of FSDP/ZeRO (each rank
 # keeps only its shard of the gradients). Older Gloo builds lacked it, so the program asks the backend
@@ -276,7 +276,7 @@ native = coll.results[0]["reduce_scatter"]["native"]
 print(f"{coll.results[0]['backend']} implements reduce_scatter natively: {native}")
 print(check_collective("reduce_scatter", coll.results, X, X_BIG))
 
-# %% [markdown]
+# %% [markdown] id="md-02-16"
 # **gather** / **scatter** (`dst=0` / `src=0`): like all_gather, but only rank 0 receives; and the
 # reverse, rank 0 hands slice `i` of its tensor to rank `i` (the other ranks' input is unused).
 
@@ -292,7 +292,7 @@ moves("scatter")
 print(check_collective("gather", coll.results, X, X_BIG))
 print(check_collective("scatter", coll.results, X, X_BIG))
 
-# %% [markdown]
+# %% [markdown] id="md-02-17"
 # **all_to_all** (`all_to_all_single`): every rank has `N` chunks, chunk `j` addressed to rank `j`;
 # afterwards rank `i` holds chunk `i` of every rank, in rank order — a transpose of the
 # ranks × chunks grid. It is how expert parallelism sends each token to the rank holding its expert
@@ -306,7 +306,7 @@ show("all_to_all")
 moves("all_to_all")
 print(check_collective("all_to_all", coll.results, X, X_BIG))
 
-# %% [markdown]
+# %% [markdown] id="md-02-18"
 # ### The names torch 2.13 recommends, and the ones you will meet in older code
 #
 # The calls above are the current spellings. PyTorch 2.13 marks two older names of the same
@@ -324,7 +324,7 @@ for old, new in renamed.items():
 # The chapter's program uses only the current names (read from its installed source):
 print(check_current_names(dist, renamed, show_code("disttutor.programs.collectives").lines))
 
-# %% [markdown]
+# %% [markdown] id="md-02-19"
 # **send / recv** are point-to-point, not collective: only the two ranks involved take part.
 # Pairs (0→1) and (2→3) with blocking calls, then a *ring shift* where every rank sends to its right
 # neighbour and receives from its left one with `isend`/`irecv`:
@@ -335,7 +335,7 @@ show("isend_irecv")
 print(check_collective("send_recv", coll.results, X, X_BIG))
 print(check_collective("isend_irecv", coll.results, X, X_BIG))
 
-# %% [markdown]
+# %% [markdown] id="md-02-20"
 # **barrier**: nobody leaves until everybody has arrived. Rank `r` sleeps `0.2·r` s first, so rank 0
 # waits longest. (Timings: measured, different every run.)
 
@@ -344,7 +344,7 @@ print(format_table([{"rank": r, "waited (s)": round(rep["barrier"]["waited_s"], 
 waits = [rep["barrier"]["waited_s"] for rep in coll.results]
 assert waits[0] > waits[-1], "the first to arrive waits the longest"
 
-# %% [markdown]
+# %% [markdown] id="md-02-21"
 # ### Try them live: edit a tensor, re-run the cell
 #
 # Each table above took a program launch. With live ranks (chapter 0) the same four ranks stay up
@@ -362,7 +362,7 @@ y = x.clone()
 dist.all_reduce(y)            # try op=dist.ReduceOp.MAX, or y = x * 2 first
 y
 
-# %% [markdown]
+# %% [markdown] id="md-02-22"
 # A group of some ranks: `new_group` is collective, so **every** rank creates **both** groups, in
 # the same order, and then uses its own.
 
@@ -376,7 +376,7 @@ dist.all_gather(gathered, x)                 # everyone gets everyone's x
 print("group sum", z.tolist())
 torch.stack(gathered)
 
-# %% [markdown]
+# %% [markdown] id="md-02-23"
 # The values come back to the notebook with `%ranks pull`, and are checked against the same
 # arithmetic done here in one process (`X` from the program's tables). `%%ranks 0,2` runs a cell
 # on some ranks only — fine for looking, but a collective there would wait for the missing ranks.
@@ -395,7 +395,7 @@ print(f"rank {rank}: my group holds {dist.get_world_size(groups[rank % 2])} rank
 # %%
 %ranks stop
 
-# %% [markdown]
+# %% [markdown] id="md-02-24"
 # ### Why the ring shift used `isend`/`irecv`: a deadlock, shown safely
 # In a ring step *every* rank sends and receives. Written as "`send` then `recv`" on both sides of a
 # pair, both ranks sit in `send`, each waiting for the other to post a `recv`: Gloo's `send` does not
@@ -410,7 +410,7 @@ dead = disttutor.launch("collectives", nproc=2, args={"deadlock": True, "ops": [
 print(dead.summary(lines=1))
 print(check_deadlock_ended(dead, timeout_s=3))
 
-# %% [markdown]
+# %% [markdown] id="md-02-25"
 # `isend`/`irecv` return at once with a request; posting both and *then* waiting lets every send find
 # its receive. (`dist.batch_isend_irecv` does the same for a list of operations.)
 #
@@ -439,7 +439,7 @@ plt.show()
 final = ring_schedule(4)[-1]["count"]
 assert all(c == 4 for row in final for c in row)  # after 2(n-1) = 6 steps every chunk holds all 4 ranks' data
 
-# %% [markdown]
+# %% [markdown] id="md-02-26"
 # Reduce-scatter, step `k` (counting from 0): rank `r` sends chunk `(r − k) mod n` to rank `r+1`,
 # receives chunk `(r − k − 1) mod n` from rank `r−1` and **adds** it into its own copy. After `n−1`
 # steps rank `r` holds the complete sum of chunk `(r+1) mod n`. The all-gather then passes finished
@@ -480,7 +480,7 @@ from disttutor.checks.allreduce import CASES, check_all_reduce, check_ring_allre
 result = check_ring_allreduce(ring_all_reduce)
 print(result)
 
-# %% [markdown]
+# %% [markdown] id="md-02-27"
 # (The committed notebook shows the untouched stub: the check tells you it is still a stub.) A wrong
 # answer does not just fail: the checker names the rank, the ring chunk and the first wrong element.
 # Here is a tempting shortcut that is *not* an all-reduce — each rank adds only its left
@@ -500,7 +500,7 @@ wrong = check_all_reduce(neighbour_sum, world_sizes=(3,))
 print(wrong)
 assert not wrong.passed and all(f"rank {r}" in str(wrong) for r in range(3))
 
-# %% [markdown]
+# %% [markdown] id="md-02-28"
 # Your function meets these inputs on 2, 3 and 4 ranks (a transposed, non-contiguous tensor among
 # them). The course's own tests run the same checker on the reference implementations in
 # `disttutor/scratch/allreduce.py` (naive, tree and ring: `tests/test_ch02_allreduce.py`), so a
@@ -511,7 +511,7 @@ print(f"{len(CASES) + 1} cases per world size:")
 print(format_table([{"shape": s, "dtype": d} for s, d in CASES] + [{"shape": "(6, 4).t()", "dtype": "float32"}]))
 assert len(CASES) + 1 == 12
 
-# %% [markdown]
+# %% [markdown] id="md-02-29"
 # When your ring passes, `print(check_ring_allreduce(ring_all_reduce))` says *passed ✓*. Stuck? The
 # solution is in `solutions/ex2_1_ring_allreduce.py`.
 #
@@ -558,7 +558,7 @@ load = os.getloadavg()[0]
 quiet = disttutor.quiet(load)  # timing claims: asserted only on a quiet machine (house rule)
 print(f"load {load:.1f}: " + check_sweep(data, ("builtin", "naive", "ring"), (2, 4), SIZES, quiet))
 
-# %% [markdown]
+# %% [markdown] id="md-02-30"
 # What to look for: the last two lines split each fitted time into latency α and the per-byte
 # part β·N, at the smallest and the largest size this sweep measured. The smaller the message, the
 # larger α's share (to see the latency-bound end, rerun `sweep` with smaller sizes, e.g.
@@ -574,7 +574,7 @@ model = {"naive": lambda n: n - 1, "tree": lambda n: math.ceil(math.log2(n)), "r
 print(format_table([{"ranks": n, **{a: float(f(n)) for a, f in model.items()}} for n in (2, 4, 8, 16)]))
 print(check_cost_model(model))
 
-# %% [markdown]
+# %% [markdown] id="md-02-31"
 # With 2 ranks every algorithm sends one tensor, so only latency separates them; with more ranks the
 # naive root and the tree root carry more and more, while the ring stays below `2N`. What the sweep
 # above measured at the largest size:
@@ -592,7 +592,7 @@ print(f"on 4 ranks the {faster} all-reduce was faster here, by a factor "
 # The robust part: the naive root receives and sends (n - 1) tensors, so its time grows with n.
 assert t[("naive", 4)] > t[("naive", 2)]
 
-# %% [markdown]
+# %% [markdown] id="md-02-32"
 # All ranks of this sweep share one machine's cores and memory, not separate network links, so the
 # ring's advantage here is smaller than across machines. Try other sizes and rank counts in the
 # widget below.
@@ -606,7 +606,7 @@ from disttutor.viz.allreduce import widget
 
 widget()
 
-# %% [markdown]
+# %% [markdown] id="md-02-33"
 # ### Ring vs naive on a network: an emulated link
 #
 # On one machine the ranks share cores and memory, not network links, so the sweep above cannot
@@ -624,7 +624,7 @@ from disttutor.viz import links as linkviz
 
 show_code("disttutor.programs.emulated_link", "ring")
 
-# %% [markdown]
+# %% [markdown] id="md-02-34"
 # On such a link the table of section 4 becomes time. The naive root receives `n−1` whole tensors
 # one after another, then sends `n−1`: `2(n−1)·(α + N/β)`. A ring step moves one chunk of `N/n`
 # in both directions at once on every link: `2(n−1)·(α + N/(nβ))`. When the link is bandwidth-bound
@@ -650,7 +650,7 @@ print(check_emulated_link(ring_runs, quiet=disttutor.quiet()))  # timing: quiet 
 assert all(r["naive_ok"] and r["ring_ok"] for r in ring_runs)
 print("naive and ring all-reduce on the emulated link, 4 and 8 ranks: sums equal dist.all_reduce's")
 
-# %% [markdown]
+# %% [markdown] id="md-02-35"
 # ### The 16 MB benchmark
 # `benchmarks/bench_allreduce.py` measures, in one run, 16 MB on 4 ranks: the from-scratch ring's bus
 # bandwidth as a fraction of gloo's built-in all-reduce, and gloo's bus bandwidth as a fraction of
@@ -661,7 +661,7 @@ print("naive and ring all-reduce on the emulated link, 4 and 8 ranks: sums equal
 # python benchmarks/bench_allreduce.py
 # ```
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-02-36" tags=["takeaways"]
 # ## Key takeaways
 #
 # * A process group is a set of ranks; `new_group`/`new_subgroups` must be called by **every** rank, in the same order.
@@ -670,7 +670,7 @@ print("naive and ring all-reduce on the emulated link, 4 and 8 ranks: sums equal
 # * Blocking sends facing each other deadlock: post `isend`/`irecv`, then wait on both.
 # * Time ≈ α + β·N: latency rules small messages, bandwidth large ones — the reason DDP packs gradients into buckets.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-02-37" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -692,13 +692,13 @@ reveal("2.q1", my_prediction, measured, rel_tol=0,  # small integers summed in f
        f"elements 2 and 3 of the sum, " + ", ".join(f"{v:g}" for v in got["after"]) + ", that is " + " + ".join(f"{r['reduce_scatter']['before'][2]:g}" for r in q1.results)
        + f" = {measured:g} for the first one. Each rank ends with 1/n of the reduced tensor — the half of an all-reduce FSDP uses for gradients.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-02-38" tags=["question"]
 # **Question 2.2.** A ring all-reduce of a 1 GiB gradient: how many bytes does each rank send on 8 ranks, and on 64? How long does it take at 25 GB/s per link, ignoring latency?
 
 # %%
 answer("2.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-02-39" tags=["question"]
 # **Question 2.3.** Two ranks each call `dist.send(t, dst=peer)` and then `dist.recv(buf, src=peer)`. What happens, why may a test with small tensors not show it, and what are two fixes?
 
 # %%

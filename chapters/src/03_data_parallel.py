@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-03-01"
 # # Chapter 3 — `nn.DataParallel`: what it really does, and why PyTorch says "use DDP"
 #
 # The article's section 4 introduces `torch.nn.DataParallel` (DP) with a diagram in which a
@@ -19,7 +19,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(3)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-03-02" tags=["opening"]
 # **After this chapter you can**
 # * say what `nn.DataParallel` really does in one step, from the installed PyTorch source;
 # * explain why its first device becomes the bottleneck, with the bytes measured through it;
@@ -48,7 +48,7 @@ print("DataParallel can run for real here." if n_gpu >= 2 else
       "Fewer than two GPUs: DataParallel cannot parallelise anything on this machine. We read its source,\n"
       "show what it does without GPUs, and measure its communication pattern with CPU processes instead.")
 
-# %% [markdown]
+# %% [markdown] id="md-03-03"
 # ## 1. From the source: one process, one thread per GPU, a new replica every forward
 #
 # First, what PyTorch's own documentation for the class says today:
@@ -59,7 +59,7 @@ start = doc.index("It is recommended")
 print(doc[start:doc.index(".", doc.index("single node")) + 1])
 assert "DistributedDataParallel" in doc[start:start + 120]
 
-# %% [markdown]
+# %% [markdown] id="md-03-04"
 # Now `DataParallel.forward`, the whole algorithm in five calls. Each line below is read from the
 # installed file (`file:line: code`):
 
@@ -68,7 +68,7 @@ for line in source_lines(torch.nn.DataParallel.forward, "if not self.device_ids"
                          "self.scatter(inputs", "self.replicate(", "self.parallel_apply(", "return self.gather("):
     print(line)
 
-# %% [markdown]
+# %% [markdown] id="md-03-05"
 # Read top to bottom, every **forward** call does:
 #
 # | step | call | what happens | where the data goes |
@@ -97,7 +97,7 @@ deeper("the backward: replicate's backward is a SUM onto device 0; gather's is a
        source_lines(fn.Gather.backward, "Scatter.apply"),
        source_lines(comm.reduce_add, "if nccl.is_available(inputs)", "nccl.reduce(", ".to(", "add_("))
 
-# %% [markdown]
+# %% [markdown] id="md-03-06"
 # So the gradient of each parameter in the original module (on `device_ids[0]`) is the **sum** of
 # the replicas' gradients: `loss.backward()` ends with a reduce onto the first device, and
 # `optimizer.step()` updates the module there, once. Nothing is broadcast after the update: the new
@@ -152,7 +152,7 @@ if n_gpu == 0:
     assert wrapped.device_ids == [] and wrapped.module is model and same
     assert len(calls) == 2  # one per call above: no replicas, no threads
 
-# %% [markdown]
+# %% [markdown] id="md-03-07"
 # ## 3. The article's training code, corrected
 #
 # `dp.train_dataparallel` is the article's §4.2 loop with the fixes from the table above. It uses
@@ -162,7 +162,7 @@ if n_gpu == 0:
 # %% tags=["deeper"]
 deeper("dp.train_dataparallel: the article's §4.2 loop, corrected", inspect.getsource(dp.train_dataparallel).splitlines())
 
-# %% [markdown]
+# %% [markdown] id="md-03-08"
 # First the article's data (random inputs, random labels), then data with something to learn
 # (Gaussian blobs, one per class). Same model, same hyper-parameters (batch 64, SGD lr 0.01);
 # 1000 samples and 3 epochs instead of 10000 × 10 to keep this chapter quick on a laptop's CPU.
@@ -180,7 +180,7 @@ print(check_dp_training(article, fixed, uniform_loss=math.log(10)))
 # %%
 print("this run:", fixed.path)
 
-# %% [markdown]
+# %% [markdown] id="md-03-09"
 # The real multi-GPU run. On a machine with two or more GPUs this cell trains the same model with
 # `nn.DataParallel` over all of them; here it says why it does not.
 
@@ -194,7 +194,7 @@ else:
     print(f"SKIPPED: real DataParallel needs >= 2 GPUs and this machine has {n_gpu}. The function above ran\n"
           "the plain module on the CPU instead; nothing here pretends that CPU threads are GPUs.")
 
-# %% [markdown]
+# %% [markdown] id="md-03-10"
 # ## 4. Why the first device becomes the bottleneck: measure the traffic
 #
 # We cannot run DataParallel's GPU copies here, but we can run its **communication pattern** for
@@ -225,7 +225,7 @@ runs = {n: [job.results[k]["runs"][str(n)] for k in range(n)] for n in (2, 3, 4)
 rows = traffic_rows(job)
 print(f"{len(rows)} (N, pattern, rank) rows; all ranks ok: {job.ok}")
 
-# %% [markdown]
+# %% [markdown] id="md-03-11"
 # Every rank of every run, measured bytes against the formula:
 
 # %% tags=["nbval-check-output"]
@@ -235,7 +235,7 @@ print(format_table([{k: r[k] for k in ("N", "pattern", "rank", "sent", "recv", "
                     for r in rows if r["rank"] == 0]))
 assert all(r["matches"] for r in rows), [r for r in rows if not r["matches"]]
 
-# %% [markdown]
+# %% [markdown] id="md-03-12"
 # Where rank 0's bytes go in one step with N = 4, phase by phase, folded:
 
 # %% tags=["nbval-check-output", "deeper"]
@@ -251,7 +251,7 @@ deeper("rank 0's bytes per phase, N = 4 (sent/received)", format_table([{"patter
 # %%
 fig = plot_traffic(rows, param_bytes=S)
 
-# %% [markdown]
+# %% [markdown] id="md-03-13"
 # What the picture and the checks below show:
 
 # %% tags=["nbval-check-output"]
@@ -269,7 +269,7 @@ for n in (2, 3, 4):
         f"{p} {through[(n, p)] / others[(n, p)]:.2f}" for p in dp.PATTERNS))
 print(check_dp_traffic(through, others, runs, S, dp.textbook_ring_bytes))
 
-# %% [markdown]
+# %% [markdown] id="md-03-14"
 # With NCCL's pipelined broadcast and reduce (**dp-chain**), rank 0's *parameter* traffic stops
 # growing and its bytes come close to the ring's (the relay ranks in the middle of the chain now
 # carry 2S each way, see the bars). Honest conclusion: with NCCL, bytes alone are not what makes
@@ -308,7 +308,7 @@ losses = {(n, p): res[0][p]["losses"] if p != "ddp-ring" else
 print("full-batch loss per step, one process:", [round(v, 4) for v in ref_losses])
 print(check_same_training(table, losses, ref_losses))
 
-# %% [markdown]
+# %% [markdown] id="md-03-15"
 # Timings, for the record (milliseconds per step on rank 0, folded; CPU processes, so expect noise
 # when there are more ranks than cores or the machine is busy, and expect GPUs to be very different):
 
@@ -319,7 +319,7 @@ deeper(f"ms per step on rank 0: {max(runs)} ranks on {n_cores} usable CPU cores,
        format_table([{"N": n, **{p: round(res[0][p]["ms_per_step"], 1) for p in dp.PATTERNS}}
                      for n, res in runs.items()]).splitlines())
 
-# %% [markdown]
+# %% [markdown] id="md-03-16"
 # ### Exercise 3.1 — predict the bytes through rank 0, and through the ring
 #
 # Write `predict_sent(pattern, n, n_params, batch, d_in, d_out, elem=4)`: the bytes **rank 0 sends**
@@ -344,7 +344,7 @@ hint("3.1")
 # %%
 print(check_predict_sent(predict_sent))
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-03-17" tags=["takeaways"]
 # ## Key takeaways
 #
 # * `nn.DataParallel` is one process: each forward scatters the batch, **replicates the module**, runs one thread per device and gathers the outputs on `device_ids[0]`.
@@ -352,7 +352,7 @@ print(check_predict_sent(predict_sent))
 # * The first device's traffic grows with (n−1) × the model; a ring all-reduce sends about 2 × the model per rank, whatever n.
 # * PyTorch recommends DDP (chapter 4) even on one machine: one process per device, no replication per step, no shared GIL.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-03-18" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -377,13 +377,13 @@ reveal("3.q1", my_prediction, measured, rel_tol=0.2,  # 20 %: 3, the parameter c
        f"sent {sent[(2, 'ddp-ring')]} -> {sent[(4, 'ddp-ring')]} bytes: x{sent[(4, 'ddp-ring')] / sent[(2, 'ddp-ring')]:.2f}, "
        "heading for 2, never more.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-03-19" tags=["question"]
 # **Question 3.2.** Why does DataParallel's first device run out of memory or time first? Name everything that passes through it in one training step.
 
 # %%
 answer("3.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-03-20" tags=["question"]
 # **Question 3.3.** A 100-million-parameter fp32 model on 8 GPUs: how many bytes does device 0 send per step just to copy the parameters under DataParallel, and how many does each rank send in a ring all-reduce of the gradients?
 
 # %%

@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-04-01"
 # # Chapter 4 — DistributedDataParallel, and DDP from scratch
 #
 # *Article §5.1–§5.2 and §5.4.*
@@ -35,7 +35,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(4)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-04-02" tags=["opening"]
 # **After this chapter you can**
 # * turn a single-process training script into a correct DDP program (sampler, `set_epoch`, `drop_last`, saving on one rank);
 # * prove that DDP's replicas stay identical to one process trained on the whole batch, and say what the wrap broadcasts;
@@ -61,7 +61,7 @@ from disttutor.viz.ddp import plot_step_times, plot_trace
 print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, GPUs: {torch.cuda.device_count()}")
 WORK = tempfile.mkdtemp(prefix="ch04-")  # checkpoints of this chapter go here
 
-# %% [markdown]
+# %% [markdown] id="md-04-03"
 # ## 1. The article's program, and what had to change
 #
 # The article (§5.2) starts its ranks with `torch.multiprocessing.spawn` inside the script,
@@ -84,7 +84,7 @@ WORK = tempfile.mkdtemp(prefix="ch04-")  # checkpoints of this chapter go here
 # %%
 print("torch.cuda.device_count() =", torch.cuda.device_count())
 
-# %% [markdown]
+# %% [markdown] id="md-04-04"
 # The corrected program is `disttutor/programs/ddp.py`; its core is just the article's loop:
 #
 # ```python
@@ -112,7 +112,7 @@ print(run2.table("init_sum_before_wrap", "init_sum_after_wrap", "data_sha", "per
 # Trained weights depend on the CPU's float kernels, so we print whether they agree, not their hash.
 print("identical trained replicas:", len({r["final_sha"] for r in run2.results}) == 1)
 
-# %% [markdown]
+# %% [markdown] id="md-04-05"
 # Read the table column by column, then let the check under it confirm it:
 #
 # * `init_sum_before_wrap` differs between ranks; `init_sum_after_wrap` is **rank 0's value on every rank**:
@@ -130,7 +130,7 @@ print("saved keys:      ", run2.results[0]["saved_keys"])
 print("ddp.state_dict():", run2.results[0]["ddp_keys"])
 print(check_ddp_run(run2.results))
 
-# %% [markdown]
+# %% [markdown] id="md-04-06"
 # Now **4 ranks**, with a dataset of 510 samples — not divisible by 4. The program reports each
 # rank's full sampler order per epoch, so we can count exactly which samples each rank saw.
 
@@ -142,7 +142,7 @@ print(run4.table("init_sum_after_wrap", "per_rank", "total_size", "batches"))
 print("identical trained replicas:", len({r["final_sha"] for r in run4.results}) == 1)
 assert len({r["final_sha"] for r in run4.results}) == 1
 
-# %% [markdown]
+# %% [markdown] id="md-04-07"
 # ## 2. `DistributedSampler`: padding, `drop_last` and `set_epoch`
 #
 # **Padding.** 510 samples over 4 ranks: each rank must get the same number of samples (else one rank
@@ -160,7 +160,7 @@ cov4 = coverage(run4)
 print("with padding (default):", cov4)
 assert cov4 == {"handed": 512, "distinct": 510, "repeated": 2}
 
-# %% [markdown]
+# %% [markdown] id="md-04-08"
 # Two samples count double in every epoch — harmless for training, but wrong for an **evaluation**
 # metric. `drop_last=True` instead drops the tail: `floor(510/4)·4 = 508` indices, no repeats, two
 # samples unseen this epoch (a different two next epoch, since the shuffle changes).
@@ -190,7 +190,7 @@ print("drop_last=True:", coverage(run_noepoch))
 print(check_set_epoch(run4.results[0]["orders"], run_noepoch.results[0]["orders"], coverage(run_noepoch),
                       samples=510, world=4))
 
-# %% [markdown]
+# %% [markdown] id="md-04-09"
 # ## 3. Proof: DDP equals one process on the whole batch
 #
 # Why is DDP *correct*? Take a global batch of `B` samples split into `W` equal shards. Each rank's loss
@@ -221,7 +221,7 @@ for rank, r in enumerate(ref_torch):
 # %% tags=["nbval-check-output"]
 print(check_equals_single_process("torch DDP", ref_torch, RTOL))
 
-# %% [markdown]
+# %% [markdown] id="md-04-10"
 # ## 4. How DDP is fast
 #
 # A naive DDP would wait for `backward()` to finish and then all-reduce each gradient tensor. Real DDP
@@ -255,7 +255,7 @@ assert "0.weight" in grads_after  # communication began before backward reached 
 plot_trace({"torch DDP": trace_torch})
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-04-11"
 # ### Explore it live: buckets and gradients per rank
 #
 # The trace above came from a program. To poke at DDP yourself, keep two ranks alive (`%ranks`, met
@@ -288,7 +288,7 @@ for step in range(2):  # after step 1 DDP re-plans its buckets in the order grad
     model(x).pow(2).mean().backward()
 buckets
 
-# %% [markdown]
+# %% [markdown] id="md-04-12"
 # Bucket 0 holds the *last* layers: their gradients are ready first. Now the gradients themselves.
 # Each rank also runs the same model without DDP on its own batch: those local gradients differ
 # between ranks, DDP's are the same on every rank — their average.
@@ -308,7 +308,7 @@ print(check_ddp_gradients(g_ddp, g_local))
 # %%
 %ranks stop
 
-# %% [markdown]
+# %% [markdown] id="md-04-13"
 # ### The article is wrong about `find_unused_parameters`
 #
 # Article §8.3 says 「重叠计算和通信：使用DDP(find_unused_parameters=True)和torch.distributed.algorithms.ddp_comm_hooks」
@@ -327,7 +327,7 @@ for flag in (False, True):
     print(f"find_unused_parameters={flag}: {unused.results[0][f'find_unused_{flag}']}")
 print(check_unused_parameters(unused.results))
 
-# %% [markdown]
+# %% [markdown] id="md-04-14"
 # What does the walk cost when nothing is unused? `disttutor/programs/ddp_unused_cost.py` wraps the
 # same 24-layer model twice, without and with the flag, and alternates blocks of 10 steps between
 # the two (7 pairs; each block's time is the slowest rank's). The paired ratio with / without, for
@@ -358,7 +358,7 @@ for part, rs in ratios.items():
     print("-", verdict(part, rs))
 assert len(ratios["step"]) == 7 and all(r > 0 for rs in ratios.values() for r in rs)
 
-# %% [markdown]
+# %% [markdown] id="md-04-15"
 # ### Uneven inputs and `Join`
 #
 # Every backward is a collective: all ranks must run the **same number of steps**. If one rank runs out
@@ -372,7 +372,7 @@ uneven = disttutor.launch("ddp", nproc=2, stream=False, check=False, collective_
 print(uneven.summary(lines=1))
 assert not uneven.ok
 
-# %% [markdown]
+# %% [markdown] id="md-04-16"
 # Gloo noticed the mismatch (a gradient bucket met the 2-number loss all-reduce: "Received data size
 # doesn't match expected size") and aborted; on NCCL the same bug typically **hangs** until the timeout.
 # The fix is `torch.distributed.algorithms.Join`: a rank that has run out of batches keeps *shadowing*
@@ -391,7 +391,7 @@ print(run_noepoch.table("batches"))
 print("identical trained replicas:", len({r["final_sha"] for r in run_noepoch.results}) == 1)
 assert run_noepoch.ok and len({r["final_sha"] for r in run_noepoch.results}) == 1
 
-# %% [markdown]
+# %% [markdown] id="md-04-17"
 # ## 5. Exercise 4.1 — naive DDP
 #
 # Write the gradient synchronisation of a data-parallel step yourself. The checker runs your function on
@@ -422,7 +422,7 @@ hint("4.1")
 # %%
 print(check_naive_ddp(sync_gradients))
 
-# %% [markdown]
+# %% [markdown] id="md-04-18"
 # One collective per tensor is correct — and slow when a model has hundreds of tensors, and it starts
 # only after backward is over. (Solution: `solutions/ex4_1_naive_ddp.py`.)
 #
@@ -483,7 +483,7 @@ hint("4.2")
 # %%
 print(check_bucketed_ddp(OverlappedDDP))
 
-# %% [markdown]
+# %% [markdown] id="md-04-19"
 # (Solution: `solutions/ex4_2_bucketed_ddp.py`.) The same algorithm as a full wrapper, with a trace, is
 # `disttutor.scratch.ddp.BucketedDDP`. Its hook, the heart of it — autograd calls it once per parameter
 # when that gradient is complete:
@@ -491,14 +491,14 @@ print(check_bucketed_ddp(OverlappedDDP))
 # %%
 show_code("disttutor.scratch.ddp", "hook")
 
-# %% [markdown]
+# %% [markdown] id="md-04-20"
 # and what one bucket costs: one flat copy, one asynchronous all-reduce, and at `finish()` the wait,
 # the division (a SUM becomes a mean) and the copy back into `.grad`:
 
 # %%
 show_code("disttutor.scratch.buckets", "bucket")
 
-# %% [markdown]
+# %% [markdown] id="md-04-21"
 # `async_op=True` is the overlap: `dist.all_reduce` returns a handle at once and autograd carries on
 # with earlier layers while the bytes travel; `work.wait()` is the only place a rank blocks. The `while`
 # launches buckets strictly in index order — the guarantee that every rank's *k*-th all-reduce is the
@@ -519,7 +519,7 @@ print(check_equals_single_process("from-scratch bucketed DDP", ref_scratch, RTOL
 plot_trace({"torch DDP": trace_torch, "from scratch": ref_scratch[0]["trace"]})
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-04-22"
 # ## 7. How fast? Naive vs bucketed vs torch DDP, sized for your machine
 #
 # `ddp_scratch.py --time` builds the three wrappers on identical models and data and times them in
@@ -585,7 +585,7 @@ print(f"backend {res.ranks[0].info.get('backend', '?')}, {CORES} usable CPU core
 if disttutor.quiet(LOAD_7, LOAD_7_AFTER, ranks=N):
     assert TARGET <= speed <= 1.1 * N, f"weak scaling {speed:.2f}x on an idle machine (target {TARGET:.2f}x)"
 
-# %% [markdown]
+# %% [markdown] id="md-04-23"
 # What to look for (your numbers are above; on a busy machine they jump between runs):
 #
 # * **samples/s grows with ranks** once each rank's compute per step is several times the overhead:
@@ -609,7 +609,7 @@ for n, r in ratios.items():
     verdict = ("within 25 % of torch's DDP" if b <= 1.25 else f"{b:.1f}x torch's DDP time: the Python implementation's cost")
     print(f"{n} ranks: from-scratch bucketed = {verdict}; naive = {r['naive']:.2f}x torch")
 
-# %% [markdown]
+# %% [markdown] id="md-04-24"
 # ## DDP in one file, to take with you
 #
 # Everything above, without the course's measuring: `disttutor/plain/ddp.py` uses only `torch`, picks
@@ -627,7 +627,7 @@ show_code("disttutor.plain.ddp", "model")
 # %%
 show_code("disttutor.plain.ddp", "loop")
 
-# %% [markdown]
+# %% [markdown] id="md-04-25"
 # `tests/test_plain_scripts.py` runs it on 2 CPU ranks and checks the replicas end identical.
 #
 # ## 8. DDP's pros and cons (article §5.4), revisited
@@ -641,7 +641,7 @@ show_code("disttutor.plain.ddp", "loop")
 #   `find_unused_parameters`); and every replica holds the **whole** model, gradients and optimiser state —
 #   which is what FSDP (chapter 11) removes.
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-04-26" tags=["takeaways"]
 # ## Key takeaways
 #
 # * DDP runs one process per device; each trains on its shard, and the all-reduced mean gradient makes every replica take the same step.
@@ -650,7 +650,7 @@ show_code("disttutor.plain.ddp", "loop")
 # * Gradients travel in buckets, in reverse parameter order, all-reduced while backward still runs: that overlap is why DDP is fast.
 # * `find_unused_parameters=True` is for models with unused parameters, and costs a graph traversal every step.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-04-27" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -672,13 +672,13 @@ reveal("4.q1", my_prediction, measured, rel_tol=0,  # a count: exact
        "all-reduces in step; `drop_last=True` would drop the tail instead "
        f"({100 // 3} each).")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-04-28" tags=["question"]
 # **Question 4.2.** Why does DDP broadcast rank 0's weights when it wraps the model? What would go wrong, and would anything warn you, if it did not?
 
 # %%
 answer("4.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-04-29" tags=["question"]
 # **Question 4.3.** Why are DDP's buckets filled in *reverse* parameter order, and how does that let communication overlap the backward pass?
 
 # %%

@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-05-01"
 # # Chapter 5 — Multi-node training
 #
 # *Article §5.3 "多机训练扩展" (scaling to several machines).*
@@ -29,7 +29,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(5)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-05-02" tags=["opening"]
 # **After this chapter you can**
 # * start a job on several nodes with torchrun and a c10d rendezvous, and read `RANK`, `LOCAL_RANK` and `GROUP_RANK` on every process;
 # * explain what the article's `torch.distributed.launch` + `mp.spawn` launch really does, and replace it;
@@ -69,7 +69,7 @@ from disttutor.viz.cluster import draw_layout
 
 print("torch", torch.__version__, "| usable CPU cores:", disttutor.cores(), "| GPUs:", torch.cuda.device_count())
 
-# %% [markdown]
+# %% [markdown] id="md-05-03"
 # ## 1. Two nodes on one machine
 #
 # On a real cluster you run **one torchrun per machine**. Each torchrun (an *agent*) starts one worker
@@ -104,7 +104,7 @@ rows = [{**{c: int(e[c]) for c in COLS}, "ranks per node": rep["ranks_per_node"]
         for e, rep in zip(envs, res.results)]
 print(format_table(rows))
 
-# %% [markdown]
+# %% [markdown] id="md-05-04"
 # Every rank agrees on the layout, and the all-reduces crossed the nodes: each rank counted 2 ranks on
 # each node and a rank sum of 0+1+2+3 = 6 (which is only possible if every `RANK` is distinct and
 # none is missing). For a **homogeneous** job (the same number of processes on every node) torchrun
@@ -115,7 +115,7 @@ print(format_table(rows))
 # %% tags=["nbval-check-output"]
 print(check_rank_layout(envs, res.results, res.world_size))  # and one store for the whole job
 
-# %% [markdown]
+# %% [markdown] id="md-05-05"
 # ### What the picture looks like
 # Drawn from the reports above: two nodes (agents), two processes each, and the global rank each
 # process got. (The drawing code is `draw_layout` in `disttutor/viz/cluster.py`.)
@@ -124,7 +124,7 @@ print(check_rank_layout(envs, res.results, res.world_size))  # and one store for
 draw_layout(envs)
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-05-06"
 # ### Who decides which node is node 0?
 #
 # We passed `--node-rank=0` to the first agent and `--node-rank=1` to the second. With the **c10d**
@@ -135,7 +135,7 @@ warning = [ln for ln in res.agent_log if "node_rank is only used" in ln]
 assert warning, "torchrun did not warn about --node-rank"
 print(warning[0][warning[0].index("node_rank"):])
 
-# %% [markdown]
+# %% [markdown] id="md-05-07"
 # So what does assign `GROUP_RANK`? When the c10d rendezvous completes, the agents are **sorted** by
 # (host address, agent process id) and numbered in that order. On a real cluster the order follows
 # the nodes' addresses; on one host, the agents' pids. **Consequences:** with c10d, every node runs the
@@ -155,14 +155,14 @@ deeper("dynamic_rendezvous.py sorts _NodeDesc(addr, pid, local_id); this run's a
                            for g, (a, pid) in sorted(agents.items())]).splitlines(),
        [f"GROUP_RANK order == agent pid order: {pids_by_group == sorted(pids_by_group)}"])
 
-# %% [markdown]
+# %% [markdown] id="md-05-08"
 # One rank's complete torchrun environment (the port and run id change from run to run):
 
 # %%
 for k, v in envs[-1].items():
     print(f"  {k:28s} {v}")
 
-# %% [markdown]
+# %% [markdown] id="md-05-09"
 # ## 2. The article's launch: `torch.distributed.launch` + `mp.spawn`
 #
 # The article's §5.3 starts, on each of 2 machines with 4 GPUs:
@@ -196,7 +196,7 @@ print("\n".join(proc.stdout.splitlines()[:3]), "...")
 # %% tags=["nbval-check-output"]
 print(check_launch_deprecated(proc.returncode, warn, proc.stdout))  # --use-env: its only addition to torchrun's parser
 
-# %% [markdown]
+# %% [markdown] id="md-05-10"
 # What does it hand the script it starts? Rather than quote its help text, run it: a five-line script
 # prints its own `sys.argv` and `LOCAL_RANK`, started on 2 processes by `torch.distributed.launch`,
 # once plain and once with `--use-env`, and then by `torchrun` (a 120-second bound; the process tree
@@ -243,7 +243,7 @@ print(f"torch.distributed.launch passes {plain[0]['argv'][0]!r} (a dash, not --l
       "line, and sets LOCAL_RANK too;")
 print("with --use-env, and with torchrun, the command line is empty: read LOCAL_RANK from the environment.")
 
-# %% [markdown]
+# %% [markdown] id="md-05-11"
 # It still exists (a thin wrapper around torchrun's own `run()`), and warns. The second problem is
 # worse: **both layers start one process per GPU.** The launcher starts `nproc_per_node=4` copies of
 # the script per machine, and each copy `mp.spawn`s 4 more: 2 x 4 x 4 = 32 processes competing for
@@ -269,7 +269,7 @@ deeper("every spawned child: its rank, its partners, its error (this run)", form
                      "error": re.sub(r"\[[^\]]*\.(?:cc|h):\d+\]\s*", "", c["error"] or "")[:70]}
                     for c in children]).splitlines())
 
-# %% [markdown]
+# %% [markdown] id="md-05-12"
 # Which children pair up, and whether any fail, is a **race**: duplicate ranks write their address
 # under the same store key, and whoever writes last is the one the others connect to. So the (folded)
 # table above can differ from run to run — crossing pairs, connect timeouts (the `error` column), or the
@@ -289,7 +289,7 @@ elif groups:
 else:
     print("verdict: no group formed at all; every child timed out")
 
-# %% [markdown]
+# %% [markdown] id="md-05-13"
 # What never changes, whatever the race:
 
 # %% tags=["nbval-check-output"]
@@ -301,7 +301,7 @@ print(f"world size they claimed            : {sorted({c['world_size'] for c in c
 print(f"did any child see all {len(children)} processes? : {any(c['sum'] == len(children) for c in children)}")
 print(check_double_spawn(children, launched_pids))
 
-# %% [markdown]
+# %% [markdown] id="md-05-14"
 # The process tree, rebuilt from the parent pids the processes reported:
 
 # %% tags=["nbval-check-output"]
@@ -316,7 +316,7 @@ for i, lp in enumerate(launched_pids):
                     + f"mp.spawn child: init_process_group(rank={c['rank']}, world_size={c['world_size']})")
 print("\n".join(tree))
 
-# %% [markdown]
+# %% [markdown] id="md-05-15"
 # ### The fix: one process per device, started by torchrun
 #
 # Delete the `mp.spawn` and the hand-made rank: torchrun already started one process per device and
@@ -368,7 +368,7 @@ assert fixed_script.ok and len(lines) == 2 and all(ln.endswith("grad[0,0] = 12.0
 print("the corrected script runs on", "GPUs (NCCL)" if torch.cuda.is_available() else "the CPU (gloo)",
       "and DDP averaged the gradient over both ranks: 12.0 on each")
 
-# %% [markdown]
+# %% [markdown] id="md-05-16"
 # In `legacy_spawn.py` this is the `--fixed` mode: the same record, made by the launched process
 # itself.
 
@@ -381,7 +381,7 @@ print(format_table([{"RANK": c["rank"], "world_size": c["world_size"], "joined":
                      "all-reduce of 1s": c["sum"]} for c in recs]))
 print(check_fixed_launch(recs, fixed.results))  # and no spawned children
 
-# %% [markdown]
+# %% [markdown] id="md-05-17"
 # And the article's two commands, in torchrun form for its 2 machines x 4 GPUs — generated
 # (section 3 explains the generator). With the **static** rendezvous (closest to the article: node 0
 # is the one you say) the commands differ only in `--node-rank`; with **c10d** every node runs the
@@ -395,7 +395,7 @@ for mode in ("static", "c10d"):
     for node, cmd in enumerate(cluster.torchrun_commands(cluster.ClusterConfig(**article, rendezvous=mode))):
         print(f"# node {node}:\n{cmd}")
 
-# %% [markdown]
+# %% [markdown] id="md-05-18"
 # ## 3. Launch files for real clusters
 #
 # `disttutor.multinode.cluster` turns one typed, validated `ClusterConfig` into three ready-to-edit launch files.
@@ -409,7 +409,7 @@ cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=4, gpus_per_node=4, module=
                             activate="source ~/venvs/ddp/bin/activate")
 print(cfg)
 
-# %% [markdown]
+# %% [markdown] id="md-05-19"
 # ### A plain torchrun command per node
 # Run each on its machine (in any order; the c10d rendezvous waits for all of them for its
 # `join_timeout`, whose default this torch states below; `--rdzv-conf join_timeout=SECONDS` changes it).
@@ -420,7 +420,7 @@ print("\n".join(cmds))
 join = dr.RendezvousTimeout().join  # the default torchrun's c10d rendezvous uses
 print(f"default join timeout: {join.total_seconds():.0f} s = {join.total_seconds() / 60:g} minutes")
 
-# %% [markdown]
+# %% [markdown] id="md-05-20"
 # Checked by torchrun itself: its own argument parser (`torch.distributed.run.get_args_parser`, the
 # one the `torchrun` command uses) accepts every command. (`tests/test_cluster.py` goes one step
 # further and builds torchrun's launch config from them.)
@@ -433,7 +433,7 @@ for cmd in cmds:
     print(f"torchrun accepts it: nnodes={a.nnodes} x nproc-per-node={a.nproc_per_node}, rdzv {a.rdzv_backend} "
           f"at {a.rdzv_endpoint}, runs -m {a.training_script}")
 
-# %% [markdown]
+# %% [markdown] id="md-05-21"
 # ### Exercise 5.1 — the command for each node
 #
 # Write `node_command(node_rank, nnodes, nproc_per_node, head, port, job_id)`: torchrun's arguments
@@ -460,7 +460,7 @@ from disttutor.checks.cluster import check_node_command
 
 print(check_node_command(node_command))
 
-# %% [markdown]
+# %% [markdown] id="md-05-22"
 # ### Slurm
 # One `srun` task per node; each task is a torchrun agent. The first node of the allocation hosts the
 # c10d rendezvous (the batch script itself runs there); `$SLURM_JOB_ID` makes the rendezvous id unique
@@ -478,7 +478,7 @@ os.unlink(f.name)
 assert check.returncode == 0, check.stderr
 print("bash -n: syntax OK")
 
-# %% [markdown]
+# %% [markdown] id="md-05-23"
 # **Why each line is there.** This script has been run under a real Slurm (22.05: `munged`, `slurmctld`
 # and two `slurmd` on one machine, below), and each of these lines fixes what went wrong there
 # without it (*reported*: the first real run of an earlier version of this script, disttutor issue 29):
@@ -500,7 +500,7 @@ print("bash -n: syntax OK")
 # %%
 print(cluster.this_environment().replace(sys.prefix, "<this kernel's environment>"))
 
-# %% [markdown]
+# %% [markdown] id="md-05-24"
 # ### The script under a real Slurm
 # Where Slurm's Debian packages are installed and the kernel runs as root (the course's CI does it),
 # `disttutor.multinode.slurm_local.LocalSlurm` starts a **two-node cluster on this machine**: one `munged` with a
@@ -543,7 +543,7 @@ else:
     print(f"\njob {job_id}: {info['JobState']} (exit code {info['ExitCode']}) in {info['RunTime']} on "
           f"{info['NodeList']}")
 
-# %% [markdown]
+# %% [markdown] id="md-05-25"
 # The job's output file (`%x-%j.out`): the script's own line, then one line per rank, each starting
 # with the **node's task index** (`srun --label`) and the **rank** (torchrun's prefix). The agents'
 # own log lines (torchrun's warnings at shutdown, with paths of the build machine) are counted, not shown.
@@ -555,7 +555,7 @@ if slurm_run:
     print("\n".join(sorted(labelled, key=lambda ln: int(re.search(r"\[rank(\d+)\]", ln).group(1)))))
     print(f"(+ {len(slurm_run['output']) - 1 - len(labelled)} lines of the torchrun agents' own log)")
 
-# %% [markdown]
+# %% [markdown] id="md-05-26"
 # The ranks' reports: the same identity and all-reduces as in section 1, now from a Slurm job. Which
 # Slurm node became `GROUP_RANK` 0 is the rendezvous' choice (sorted by address, then agent pid:
 # section 1), not Slurm's node order, so the `node` column may read either way.
@@ -569,7 +569,7 @@ if slurm_run:
                         for r, rep in sorted(reps.items())]))
     print(check_slurm_job(slurm_run, run_cfg.world_size))
 
-# %% [markdown]
+# %% [markdown] id="md-05-27"
 # ### Kubernetes: a Kubeflow `PyTorchJob`
 # For the **Kubeflow Training Operator v1** API (`apiVersion: kubeflow.org/v1`, kind `PyTorchJob`): one
 # `Master` pod and `nnodes-1` `Worker` pods, one per node. The operator injects `MASTER_ADDR`,
@@ -607,7 +607,7 @@ argv = [re.sub(r"\$\((\w+)\)", lambda m: pod_env[m.group(1)], a)
 args = get_args_parser().parse_args(argv)
 print(check_pytorchjob(job, cfg.nnodes, args, pod_env))
 
-# %% [markdown]
+# %% [markdown] id="md-05-28"
 # ### Bad configs fail early, in words
 # The config is validated when it is made, not when 16 GPUs are already allocated. What only the
 # cluster knows (how many CPUs or GPUs its nodes have) is `sbatch --test-only`'s to answer, above.
@@ -622,7 +622,7 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus
     else:
         raise AssertionError(f"{bad} was accepted")
 
-# %% [markdown]
+# %% [markdown] id="md-05-29"
 # ## 4. "My rendezvous never forms": a checklist
 #
 # On a real cluster the agents either never meet (torchrun waits its join timeout, then raises
@@ -671,7 +671,7 @@ addr = socket.gethostbyname(host)
 print(f"3. `{host}` resolves to {addr}: " + ("LOOPBACK -- other nodes could not reach an agent that advertises it"
                                            if addr.startswith("127.") else "not loopback: other nodes can use it"))
 
-# %% [markdown]
+# %% [markdown] id="md-05-30"
 # An interface name that does not exist on a node — a typo, or `eth0` on a machine whose NIC is
 # `ens5` — fails at once, on every rank, naming the interface (a real 2-rank run):
 
@@ -689,7 +689,7 @@ print(f"4. a node whose heartbeats look older than {window} s (keep_alive_interv
 print(*source_lines(dr._BackendRendezvousStateHolder._sanitize, "expire_time = datetime.now",
                     "if last_heartbeat < expire_time"), sep="\n")
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-05-31" tags=["takeaways"]
 # ## Key takeaways
 #
 # * Going multi-node changes how processes start and meet, not the training code.
@@ -698,7 +698,7 @@ print(*source_lines(dr._BackendRendezvousStateHolder._sanitize, "expire_time = d
 # * One launcher only: torchrun starts the processes; a script that also calls `mp.spawn` doubles them.
 # * What one machine cannot show — interfaces, firewalls, InfiniBand — is what a rendezvous that never forms comes down to.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-05-32" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -719,13 +719,13 @@ reveal("5.q1", my_prediction, measured, rel_tol=0,  # a rank: exact
        explain=f"The ranks' (GROUP_RANK, LOCAL_RANK) were {layout}: RANK = GROUP_RANK x 2 + LOCAL_RANK = 1 x 2 + 1 = "
        f"{measured}. Which machine becomes GROUP_RANK 1 is the rendezvous' choice; the arithmetic after it is fixed.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-05-33" tags=["question"]
 # **Question 5.2.** Two nodes run the same torchrun command with `--rdzv-backend=c10d --rdzv-endpoint=head:29500`, and one of them never joins. What does the other one see, and what do you check first?
 
 # %%
 answer("5.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-05-34" tags=["question"]
 # **Question 5.3.** The article starts `python -m torch.distributed.launch --nproc-per-node 2` on a script that itself calls `mp.spawn(nprocs=2)`. How many training processes run on the 2-GPU machine, and why do their ranks clash?
 
 # %%

@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-06-01"
 # # Chapter 6 — Model parallelism, and the RPC framework
 #
 # Data parallelism (chapters 4–5) copies the whole model onto every device. When the model does
@@ -30,7 +30,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(6)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-06-02" tags=["opening"]
 # **After this chapter you can**
 # * split a model's layers over ranks and pass activations forward and gradients back with `send`/`recv`;
 # * measure how much of each step a rank waits under plain model parallelism, and say why;
@@ -55,7 +55,7 @@ from disttutor.viz.model_parallel import plot_timeline
 
 print("torch", torch.__version__)
 
-# %% [markdown]
+# %% [markdown] id="md-06-03"
 # ## 1. Plain model parallelism: layers on different ranks
 #
 # `disttutor/programs/model_parallel.py` builds an `MLP` of `4 × 2` Linear layers (width 256)
@@ -75,7 +75,7 @@ print("torch", torch.__version__)
 # %%
 show_code("disttutor.programs.model_parallel", "step")
 
-# %% [markdown]
+# %% [markdown] id="md-06-04"
 # A receiver must allocate the buffer before the bytes arrive, so every `recv` needs the shape in
 # advance (`act_shape` above) — only raw data travels. Each `recv`/`send` and each compute block is
 # timed on every rank. Four ranks, five full-batch steps (the first one untimed: it also opens the
@@ -86,7 +86,7 @@ MP = mp_prog.MPConfig(steps=5, warmup=1, batch=256, width=256, layers_per_stage=
 mp_args = {k.replace("_", "-"): v for k, v in MP.__dict__.items() if k != "report_params"}
 mp_run = disttutor.launch("model_parallel", nproc=4, args=mp_args, timeout=120, collective_timeout=60)
 
-# %% [markdown]
+# %% [markdown] id="md-06-05"
 # Is the split model really the same model? The kernel trains the **unsplit** MLP in one process
 # on the same batch (`reference` in `disttutor/programs/model_parallel.py`, which the tests use too),
 # and each rank's slice is compared with the same slice of it:
@@ -106,7 +106,7 @@ print(format_table(rows))
 print(check_split_model(rows, mp_run.results[-1]["losses"], ref_losses))  # only the last rank sees the loss
 print("loss goes down:", ref_losses[-1] < ref_losses[0])
 
-# %% [markdown]
+# %% [markdown] id="md-06-06"
 # ### Who is busy when?
 #
 # Each rank reported its spans (forward, backward, optimizer, send, recv) against the system's
@@ -117,7 +117,7 @@ print("loss goes down:", ref_losses[-1] < ref_losses[0])
 plot_timeline(mp_run.results)
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-06-07"
 # The blue forward blocks form a staircase going down, the orange backward blocks a staircase going
 # up — **one rank computes at a time**. Everyone else sits in `recv` (light grey), waiting for a
 # neighbour. The measured fractions (timings: they vary from run to run, especially on a shared
@@ -139,14 +139,14 @@ print(f"sum of all ranks' compute / window: {sum(x['compute_s'] for x in mp_run.
 print(check_one_rank_at_a_time(compute_overlap_s(mp_run.results), mp_run.results, window))
 print("every rank waits for its neighbours:", all(x["wait_s"] > 0 for x in mp_run.results))
 
-# %% [markdown]
+# %% [markdown] id="md-06-08"
 # That is the weakness of plain model parallelism: with N stages, each device works at most
 # about 1/N of the time (the rest is idle, plus the messages). It saves memory — each rank holds a
 # quarter of the weights — but not time. **Pipeline parallelism** (chapter 7) cuts the batch into
 # micro-batches so that stage 1 works on micro-batch 1 while stage 0 already computes micro-batch
 # 2, filling those blank spaces.
 
-# %% [markdown]
+# %% [markdown] id="md-06-09"
 # ### Exercise 6.1 — one stage's forward and backward over send/recv
 #
 # Write `stage_forward_backward(stage, x, y, act_shape, out_shape)`, run on every rank: rank 0 feeds
@@ -176,7 +176,7 @@ from disttutor.checks.model_parallel import check_stage
 
 print(check_stage(stage_forward_backward))
 
-# %% [markdown]
+# %% [markdown] id="md-06-10"
 # ## 2. The article's RPC example
 #
 # The article builds the same idea on `torch.distributed.rpc`, a different layer of PyTorch: instead
@@ -200,7 +200,7 @@ print(check_stage(stage_forward_backward))
 # %%
 print(inspect.getsource(rpc_article.ModelParallelNet))
 
-# %% [markdown]
+# %% [markdown] id="md-06-11"
 # At the article's sizes (`nn.Embedding(10000, 1000)`, `nn.Transformer(d_model=1000, nhead=10)`
 # with its defaults of 6 + 6 layers) the model is large — counted on the `meta` device, which
 # allocates no memory (folded):
@@ -217,7 +217,7 @@ assert total > 100e6
 deeper(f"the article's sizes: {total / 1e6:.1f} M parameters = {4 * total / 2**20:.0f} MiB in float32",
        format_table([{"stage": k, "parameters": v} for k, v in article_counts.items()]).splitlines())
 
-# %% [markdown]
+# %% [markdown] id="md-06-12"
 # We run it with small sizes instead (`d_model=16`; the bugs do not depend on size). The harness
 # around it, `disttutor.rank.runtime.rpc_setup()`, replaces the article's launch code:
 #
@@ -238,7 +238,7 @@ print("\nthe master's error (first two lines):")
 print("\n".join(art.ranks[0].error.splitlines()[:2]))
 print(check_article_rpc_fails(art))
 
-# %% [markdown]
+# %% [markdown] id="md-06-13"
 # ### Why it fails, bug by bug
 #
 # > **The article says** `x = self.embed_rref.remote().forward(x)` and passes `x` on to the next stage —
@@ -280,7 +280,7 @@ for k, v in leaks.items():
     print(f"{k:28s} sample 0's output depends on sample 1: {v}")
 assert leaks == {"default (batch_first=False)": True, "batch_first=True": False}
 
-# %% [markdown]
+# %% [markdown] id="md-06-14"
 # The output *shape* is the same either way — `(32, 50, 10)` — which is why this bug is silent.
 # The corrected stage, `disttutor.workloads.models.TransformerStage`, uses `batch_first=True` (and
 # `dropout=0`, so that a remote run can be compared exactly with a local one).
@@ -302,7 +302,7 @@ print(format_table([{"worker": w, "parameter tensors with a .grad": g, "paramete
                     for w, (g, n) in out["remote_grads"].items()]))
 print(check_no_remote_grads(out, shape=[8, 10, 10]))  # 8 sequences of 10 tokens, 10 classes
 
-# %% [markdown]
+# %% [markdown] id="md-06-15"
 # No error, and no gradient anywhere: the output `requires_grad`, but local autograd stops at the
 # RPC boundary. (The master's `ModelParallelNet` also has **zero** parameters of its own, so a local
 # `optim.SGD(model.parameters())` would have nothing to update.) Training needs the two pieces the
@@ -323,7 +323,7 @@ print(check_no_remote_grads(out, shape=[8, 10, 10]))  # 8 sequences of 10 tokens
 #
 # </details>
 
-# %% [markdown]
+# %% [markdown] id="md-06-16"
 # ## 3. The corrected RPC model, trained
 #
 # `disttutor/programs/rpc_train.py` keeps the article's shape — a master and worker1..3 each holding
@@ -332,7 +332,7 @@ print(check_no_remote_grads(out, shape=[8, 10, 10]))  # 8 sequences of 10 tokens
 # %%
 show_code("disttutor.programs.rpc_train", "master")
 
-# %% [markdown]
+# %% [markdown] id="md-06-17"
 # `with dist_autograd.context() as ctx_id:` records every RPC that carries a tensor requiring grad;
 # `dist_autograd.backward(ctx_id, [loss])` replaces `loss.backward()`; `opt.step(ctx_id)` runs SGD on
 # each worker with that context's gradients. The stages' forward (each `rpc_sync` returns the
@@ -341,7 +341,7 @@ show_code("disttutor.programs.rpc_train", "master")
 # %% tags=["deeper"]
 deeper("RemoteStages.forward: one rpc_sync per stage", inspect.getsource(rpc_train.RemoteStages.forward).splitlines())
 
-# %% [markdown]
+# %% [markdown] id="md-06-18"
 # The data: 8 sequences of 12 tokens; the target of each token is `token % 10` (learnable per
 # token). Five SGD steps:
 
@@ -356,7 +356,7 @@ all_warnings = [w for res in trained.results for w in res.get("warnings", [])]
 print(f"({len(all_warnings)} warnings from {trained.world_size} ranks, {len(set(all_warnings))} distinct: "
       "see section 4)")
 
-# %% [markdown]
+# %% [markdown] id="md-06-19"
 # Each worker reports *its own* stage after training (the master asks it to, by RPC). The kernel
 # trains the same three stages, same seeds, same data, same SGD, in one process, and compares:
 
@@ -383,7 +383,7 @@ ax.plot(range(1, RT.steps + 1), ref_losses_rpc, "x--", label="single process")
 ax.set_xlabel("step"); ax.set_ylabel("cross-entropy"); ax.legend(); ax.set_title("same training, two ways")
 fig.tight_layout()
 
-# %% [markdown]
+# %% [markdown] id="md-06-20"
 # Every worker's parameters changed, and each equals the single-process result. Notice the
 # topology: each `rpc_sync` returns the activation to the master, which sends it to the next worker
 # (a star, not a chain), and still only one worker computes at a time — the same idling as in
@@ -410,7 +410,7 @@ for k, v in checks.items():
     print(f"{k}: {v}")
 assert all(checks.values())
 
-# %% [markdown]
+# %% [markdown] id="md-06-21"
 # The framework's own initialisation calls an API PyTorch deprecated in 2.0, and the distributed
 # optimizer is built on TorchScript (`torch.jit.script`), which this release marks as deprecated in
 # favour of `torch.compile`/`torch.export`. These are the signs of a framework in maintenance: it is
@@ -428,7 +428,7 @@ assert all(checks.values())
 # reinforcement-learning actors feeding a learner. Even there, expect little new development;
 # pin your torch version and test the warnings above when you upgrade.
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-06-22" tags=["takeaways"]
 # ## Key takeaways
 #
 # * Splitting the layers over devices saves memory, not time: with plain model parallelism one stage works at a time.
@@ -436,7 +436,7 @@ assert all(checks.values())
 # * RPC with distributed autograd records that for you; the article's version passes RRefs where tensors are needed and never trains.
 # * Fixed, both versions match a single-process run exactly; today pipelining (chapter 7) and FSDP/TP (chapter 11) replace RPC model parallelism.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-06-23" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -460,13 +460,13 @@ reveal("6.q1", my_prediction, measured, rel_tol=0.25,  # 25 %: a timed run on sh
        f"{disttutor.cores()} cores). With one stage working at a time a rank can be busy at most about 1/4 of the step, "
        "so about 3/4 idle; sends and receives count as idle here, and on fewer cores than ranks the ranks also wait for a core.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-06-24" tags=["question"]
 # **Question 6.2.** In the send/recv version, why must a stage call `requires_grad_(True)` on the activation it receives? What breaks without it?
 
 # %%
 answer("6.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-06-25" tags=["question"]
 # **Question 6.3.** A model cut into 4 equal stages: at best, what fraction of the time is each device busy with plain model parallelism, and with a GPipe pipeline of 12 micro-batches?
 
 # %%

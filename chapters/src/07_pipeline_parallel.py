@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-07-01"
 # # Chapter 7 — Pipeline parallelism
 #
 # *Source: §7 of the article "PyTorch distributed training: from beginner to master".*
@@ -27,7 +27,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(7)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-07-02" tags=["opening"]
 # **After this chapter you can**
 # * draw GPipe, 1F1B and interleaved schedules, and compute their bubble and activation memory;
 # * train with `torch.distributed.pipelining` on real ranks and check it equals single-process training;
@@ -49,7 +49,7 @@ from disttutor.viz.pipeline import bubble_widget, describe, measured_figure, the
 
 print("torch", torch.__version__)
 
-# %% [markdown]
+# %% [markdown] id="md-07-03"
 # ## 1. The article's code: `Pipe` is gone
 #
 # §7.3 of the article builds its pipeline with `from torch.distributed.pipeline.sync import Pipe`
@@ -70,7 +70,7 @@ except ImportError as e:
 print("the article's import ->", article_import)
 assert old is None and new is not None and article_import.startswith("ModuleNotFoundError")
 
-# %% [markdown]
+# %% [markdown] id="md-07-04"
 # With `Pipe` gone, what about the rest of the listing? Its training loop, quoted verbatim from the
 # article (comments and all), compiles — the problem is one call in it: `model(input_data)` is
 # followed by `.local_value()`. In PyTorch 1.x `Pipe.forward` returned an `RRef` (a reference from
@@ -114,7 +114,7 @@ except AttributeError as e:
 print("run as written, without Pipe ->", outcome)
 assert outcome == "AttributeError: 'Tensor' object has no attribute 'local_value'"
 
-# %% [markdown]
+# %% [markdown] id="md-07-05"
 # ## 2. The picture, corrected
 #
 # The article's §7.2 diagram shows three GPUs passing "batch 1, batch 2, batch 3" forward, one time
@@ -139,7 +139,7 @@ gpipe = PipeSpec("gpipe", p=4, m=4)
 fig = theory_figure(gpipe)
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-07-06"
 # The grey hatched area is time a rank holds a stage of the model and does nothing. For GPipe and
 # 1F1B it is (p − 1) slots at the start and (p − 1) at the end out of (m + p − 1) per rank:
 #
@@ -153,7 +153,7 @@ print(f"bubble measured on the drawing: {info['bubble_drawn']:.4f}")
 print(f"formula {info['formula']}")
 assert abs(info["bubble_drawn"] - info["bubble_formula"]) < 1e-12  # exact rationals, float rounding only
 
-# %% [markdown]
+# %% [markdown] id="md-07-07"
 # **More micro-batches shrink the bubble** — at the price of smaller matrix multiplications (less
 # efficient per micro-batch) and, for GPipe, more memory:
 
@@ -165,7 +165,7 @@ print(format_table(rows))
 assert all(abs(r["bubble (drawing)"] - r["(p-1)/(m+p-1)"]) < 1e-9 for r in rows)
 assert [r["bubble (drawing)"] for r in rows] == sorted((r["bubble (drawing)"] for r in rows), reverse=True)
 
-# %% [markdown]
+# %% [markdown] id="md-07-08"
 # ## 3. 1F1B: the same bubble, less memory
 #
 # GPipe runs every forward before any backward, so each rank holds the activations of **all m**
@@ -179,7 +179,7 @@ assert [r["bubble (drawing)"] for r in rows] == sorted((r["bubble (drawing)"] fo
 fig = theory_figure(PipeSpec("1f1b", p=4, m=8))
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-07-09"
 # **Interleaved 1F1B** (Megatron-LM) gives each rank v smaller stages instead of one (rank r holds
 # stages r, r + p, …: a micro-batch loops through the ranks v times). Each slot is 1/v as long, so
 # the fill and drain shrink by v:
@@ -203,7 +203,7 @@ for spec in [PipeSpec("gpipe", 4, 8), PipeSpec("1f1b", 4, 8), PipeSpec("interlea
 print(format_table(rows))
 print(check_schedule_drawings(rows))
 
-# %% [markdown]
+# %% [markdown] id="md-07-10"
 # ### The pipeline bubble widget
 #
 # Pick a schedule, the number of stages p, micro-batches m and (for interleaved) stages per rank v.
@@ -215,7 +215,7 @@ print(check_schedule_drawings(rows))
 # %%
 ui = bubble_widget(PipeSpec("1f1b", p=4, m=8))
 
-# %% [markdown]
+# %% [markdown] id="md-07-11"
 # ### Exercise 7.1 — the 1F1B order of one rank
 #
 # Write `one_f_one_b(rank, p, m)`: the list of actions rank `rank` of a `p`-stage pipeline runs for
@@ -242,7 +242,7 @@ from disttutor.checks.pipeline import check_one_f_one_b
 
 print(check_one_f_one_b(one_f_one_b))
 
-# %% [markdown]
+# %% [markdown] id="md-07-12"
 # ## 4. Real pipeline training with `torch.distributed.pipelining`
 #
 # `disttutor/programs/pipeline.py` is the real thing. Each rank builds the *same* model from a
@@ -264,7 +264,7 @@ from disttutor.programs import pipeline as pipeline_program
 print(inspect.getsource(pipeline_program.loss_fn))
 print(inspect.getsource(pipeline_program.make_schedule))
 
-# %% [markdown]
+# %% [markdown] id="md-07-13"
 # **Why the result is exactly single-process training.** The loss is applied per micro-batch. We
 # make it the *mean* over the micro-batch, and the schedule (with its default `scale_grads=True`)
 # divides each stage's accumulated gradient by m. With m equal micro-batches, the mean of the
@@ -296,7 +296,7 @@ print("every rank's weights match the single-process reference:",
 assert all(r["max_weight_diff"] < TOL for r in run_1f1b.results)
 assert all(abs(a - b) < TOL for a, b in zip(last["losses"], last["ref_losses"]))
 
-# %% [markdown]
+# %% [markdown] id="md-07-14"
 # ### The measured timeline
 #
 # The program wraps each stage in a `TimedStage`: it timestamps each forward, and uses a tiny
@@ -319,7 +319,7 @@ for k, order in enumerate(measured_orders(run_1f1b)):
     print(f"rank {k}:", " ".join(f"{kind}{mb}" for kind, mb, _ in order))
 assert same
 
-# %% [markdown]
+# %% [markdown] id="md-07-15"
 # Now the timings, beside the theory. **Be careful reading them on a laptop-sized machine:** when
 # a machine has fewer cores than ranks (the cell below prints how many this run had), the 4 ranks
 # *time-share* them. When two ranks then compute at
@@ -339,7 +339,7 @@ print(f"{run_1f1b.world_size} ranks on {n_cores} CPU cores: "
       + ("the ranks time-share the cores" if n_cores < run_1f1b.world_size else "a core for every rank")
       + f"; backend {run_1f1b.ranks[0].info.get('backend')}, load average {os.getloadavg()[0]:.1f}")
 
-# %% [markdown]
+# %% [markdown] id="md-07-16"
 # ### Interleaved 1F1B on two ranks
 #
 # Two ranks, v = 2 stages each (rank 0 holds stages 0 and 2, rank 1 holds 1 and 3), m = 4: each rank
@@ -362,7 +362,7 @@ print("matches the single-process reference:", all(r["max_weight_diff"] < TOL fo
 print("torch's interleaved order == the simulator's order:", same)
 assert all(r["max_weight_diff"] < TOL for r in run_il.results) and same
 
-# %% [markdown]
+# %% [markdown] id="md-07-17"
 # The per-step timings of both runs (not checked: they change from run to run):
 
 # %%
@@ -371,7 +371,7 @@ for name, res in [("1F1B, 4 ranks", run_1f1b), ("interleaved, 2 ranks", run_il)]
     print(f"{name}: step {1e3 * max(r['step_s'] for r in res.results):.1f} ms, measured bubble "
           f"{st['bubble']:.3f} (per rank {[round(b, 3) for b in st['per_rank']]})")
 
-# %% [markdown]
+# %% [markdown] id="md-07-18"
 # ### Exercise 7.2 — the bubble of a measured run
 #
 # The line above came from `bubble_stats`. Write it yourself: `bubble_fraction(events)` gets
@@ -401,7 +401,7 @@ print(result_7_2)
 if result_7_2.passed:  # your function on this chapter's own 1F1B run
     print(f"yours on the 1F1B run: {bubble_fraction([r['events'] for r in run_1f1b.results]):.3f}")
 
-# %% [markdown]
+# %% [markdown] id="md-07-19"
 # ### Where the gap comes from: theory + measured overhead
 #
 # The simulator assumes equal slots (forward 1, backward 2) and free communication. A real run
@@ -461,7 +461,7 @@ print(f"{P} ranks on {n_cores} cores; load average {load_before:.1f} before, {lo
 fig = model_figure(sweep, note=f"{P} ranks on {n_cores} cores")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-07-20"
 # **Does the bubble fall with m?** The formula's bubble falls from the fewest micro-batches to the most; the line below
 # says how much of that fall the measured bubble showed, schedule by schedule (1.0: all of it):
 
@@ -481,7 +481,7 @@ quiet = disttutor.quiet(load_before, load_after, ranks=P)
 if quiet:  # timing asserts only on a quiet machine; elsewhere the verdicts above say what happened
     assert all(f >= 0.5 for f in falls.values()), falls
 
-# %% [markdown]
+# %% [markdown] id="md-07-21"
 # Reading the columns: *stretch* is a slot's wall time over its CPU time (> 1: the rank had work
 # but no core); *CPU in gap ms* is the CPU time per slot the process spent outside the slots
 # (Python, send/recv, the optimizer step), the rest of *gap ms* is waiting; *compute fraction* is
@@ -512,7 +512,7 @@ print("- " + check_bubble_model(sweep, NOISE, quiet))
 if not quiet:
     print(f"(load average {max(load_before, load_after):.1f} on {n_cores} cores during the sweep)")
 
-# %% [markdown]
+# %% [markdown] id="md-07-22"
 # `benchmarks/bench_pipeline.py` makes the same comparison with one launch per configuration (GPipe
 # and 1F1B on 4 ranks for m = 4, 8, 16) and prints the model's error too; `benchmarks/bench_effects.py`
 # repeats this section's sizing and reports the bubble's fall next to the load average.
@@ -540,7 +540,7 @@ bubble_m1 = bubble_stats(slots_m1, 2)["bubble"]
 print(f"formula bubble {formula(PipeSpec('gpipe', 2, 1)):.2f}; measured bubble at least 0.5:", bubble_m1 >= 0.5)
 assert bubble_m1 >= 0.5
 
-# %% [markdown]
+# %% [markdown] id="md-07-23"
 # Then 1F1B with the same m = 1. Both traps here use a short `collective_timeout` and `check=False`,
 # so a failure comes back as data instead of a frozen cell.
 
@@ -555,7 +555,7 @@ assert not trap_m.ok and trap_m.outcome == "finished"
 # the rank that raised names the cause; a peer may instead report the lost connection, so: at least one
 assert any("must be greater than or equal to the number of stages" in (r.error or "") for r in trap_m.ranks)
 
-# %% [markdown]
+# %% [markdown] id="md-07-24"
 # **Mismatched shapes between stages.** Stage 1 was written for activations of width 129 but stage 0
 # sends width 128. The first micro-batch that reaches stage 1 fails in its first `Linear`; stage 0,
 # waiting for a gradient from stage 1, sees its peer disappear. With `collective_timeout=10` the
@@ -570,13 +570,13 @@ print("rank 1:", trap_shape.ranks[1].error)
 assert trap_shape.outcome == "finished" and trap_shape.ranks[1].status == "error"
 assert "shapes cannot be multiplied" in trap_shape.ranks[1].error
 
-# %% [markdown]
+# %% [markdown] id="md-07-25"
 # What rank 0 reports depends on timing (a closed connection, or being stopped by torchrun):
 
 # %%
 print(trap_shape.summary(lines=1))
 
-# %% [markdown]
+# %% [markdown] id="md-07-26"
 # The fix for both: choose m ≥ p (and, from section 2, m several times p to keep the bubble small);
 # and run the stages one after another on one process with a sample micro-batch before
 # distributing them — a shape bug then fails in a plain traceback on your own machine.
@@ -617,7 +617,7 @@ print(format_table([{"step": i, "replica 0 loss": round(a, 5), "replica 1 loss":
                      "mean": round((a + b) / 2, 5), "single-process": round(c, 5)}
                     for i, (a, b, c) in enumerate(zip(half0, half1, ref))]))
 
-# %% [markdown]
+# %% [markdown] id="md-07-27"
 # ## 7. Zero bubble: split the backward in two
 #
 # Every schedule so far treats a stage's backward **B** as one block. It is really two jobs. For a
@@ -646,7 +646,7 @@ split_equals_full = (torch.equal(g_input, x_demo.grad) and torch.equal(g_weight,
 print("I then W == one full backward (bit for bit):", split_equals_full)
 assert split_equals_full  # the same kernels on the same inputs: the split changes when, not what
 
-# %% [markdown]
+# %% [markdown] id="md-07-28"
 # PyTorch 2.13 ships two zero-bubble schedules in `torch.distributed.pipelining`, both with two (or
 # more) stages per rank:
 #
@@ -682,7 +682,7 @@ for i in range(0, len(rows), 4):
     assert zb1p < inter < one and zbv < inter  # splitting B and filling with W beats both 1F1B variants
 sim_zb = {r["schedule"]: r["bubble (drawing)"] for r in rows if (r["p"], r["m"]) == (2, 8)}
 
-# %% [markdown]
+# %% [markdown] id="md-07-29"
 # Not zero: in the drawing (forward 1, I 1, W 1 per rank's layers) the fill at the start cannot be
 # filled with W — no gradient exists yet. The paper's schedules reach zero only when F, I and W cost
 # exactly the same and communication is free. The price is memory: a micro-batch's activations live
@@ -699,7 +699,7 @@ from disttutor.course.source import show_code
 
 show_code("disttutor.programs.pipeline_zb", "zero_bubble")
 
-# %% [markdown]
+# %% [markdown] id="md-07-30"
 # To *see* I and W, the program wraps each stage in a `PipelineStage` subclass that timestamps the
 # three methods every schedule calls. A zero-bubble schedule calls `backward_one_chunk` with
 # `full_backward=False` (only the input-gradient) and later `backward_weight_one_chunk` (the weights):
@@ -739,7 +739,7 @@ print(format_table([{"schedule": k, **v} for k, v in checks.items()]))
 assert all(c["equals single-process"] and c["order == simulator"] for c in checks.values())
 assert checks["zbv"]["stages per rank"] == [[0, 3], [1, 2]] and checks["zbv"]["actions"] == "FIW"
 
-# %% [markdown]
+# %% [markdown] id="md-07-31"
 # Both zero-bubble schedules run on CPU gloo ranks in torch 2.13, train exactly like one process
 # (same tolerance as section 4, same reason: float32 summation order), and run the order the
 # simulator draws — with every B replaced by an I and a W. The measured timelines, on one time axis
@@ -773,7 +773,7 @@ print(f"- fastest zero-bubble step: {faster} at {by[faster]['step ms']:.0f} ms a
       f"{by['1f1b']['step ms']:.0f} ms -> " + ("zero bubble wins on this machine" if by[faster]["step ms"]
                                                 < by["1f1b"]["step ms"] else "1F1B wins on this machine"))
 
-# %% [markdown]
+# %% [markdown] id="md-07-32"
 # Read the measured bubble with the previous section in mind: on CPU ranks a slot is milliseconds
 # and each of the two-stage-per-rank schedules issues twice the sends and receives of 1F1B, so the
 # per-slot overhead (which no schedule removes) is a larger share than the bubble the schedule
@@ -841,7 +841,7 @@ assert work_u > 1 and abs(work_b - 1) < abs(work_u - 1), (work_u, work_b)
 if disttutor.quiet(load_bal, ranks=2) and gaps <= 0.1:  # a timing claim: a quiet machine, slots long against gaps
     assert faster, (u["window ms"], bl["window ms"])
 
-# %% [markdown]
+# %% [markdown] id="md-07-33"
 # The idle columns are the per-stage bubble read off the timeline: in the 6 + 2 split one rank
 # waits for the other on every micro-batch. Balancing is measuring: time each stage (as here), then
 # move layers from the slow stage to the fast one. Real models make this harder than an MLP: the
@@ -858,7 +858,7 @@ if disttutor.quiet(load_bal, ranks=2) and gaps <= 0.1:  # a timing claim: a quie
 # %%
 show_code("disttutor.plain.pipeline", "pipeline")
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-07-34" tags=["takeaways"]
 # ## Key takeaways
 #
 # * `torch.distributed.pipelining` (`PipelineStage` + a schedule) replaces the article's removed `Pipe`, unchanged on CPU/gloo and GPU/NCCL.
@@ -867,7 +867,7 @@ show_code("disttutor.plain.pipeline", "pipeline")
 # * 1F1B holds p − r micro-batches of activations instead of m: same bubble, less memory.
 # * A measured bubble also holds communication and imbalance: measure it, don't quote the formula.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-07-35" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -892,13 +892,13 @@ reveal("7.q1", my_prediction, measured, rel_tol=0.3,  # 30 %: a timed run on sha
        f"{os.getloadavg()[0]:.1f} on {disttutor.cores()} cores). The difference is what the formula leaves out: the "
        "sends between stages, a backward that is not exactly twice the forward, and ranks waiting for a core.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-07-36" tags=["question"]
 # **Question 7.2.** A pipeline of p = 8 stages. How many micro-batches does GPipe need for a bubble below 10 %? And interleaved 1F1B with v = 2 stages per rank?
 
 # %%
 answer("7.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-07-37" tags=["question"]
 # **Question 7.3.** 1F1B has exactly GPipe's bubble. Why do practitioners prefer it?
 
 # %%

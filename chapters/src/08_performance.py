@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-08-01"
 # # Chapter 8 — Performance techniques, each one measured
 #
 # *Article §8: mixed precision, gradient accumulation, communication, data loading.*
@@ -16,7 +16,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(8)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-08-02" tags=["opening"]
 # **After this chapter you can**
 # * use mixed precision with today's `torch.autocast`/`GradScaler` API and say what it gains on CPU and on GPUs;
 # * accumulate gradients under DDP with `no_sync()` and one all-reduce per step (Exercise 8.1), and compress them with a communication hook (Exercise 8.2);
@@ -42,7 +42,7 @@ LOAD = os.getloadavg()[0]  # timings below are noisy when the machine is busy: w
 print(f"load average now: {LOAD:.1f} (on {disttutor.cores()} cores)")
 LAUNCH = dict(stream=False, timeout=280)
 
-# %% [markdown]
+# %% [markdown] id="md-08-03"
 # ## 1. Mixed precision (article §8.1)
 #
 # The article writes `from torch.cuda.amp import GradScaler, autocast`. That spelling is
@@ -61,7 +61,7 @@ LAUNCH = dict(stream=False, timeout=280)
 prec = perf.precision(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 print(f"autocast dtype: {prec.name}, GradScaler needed: {prec.scaler}")
 
-# %% [markdown]
+# %% [markdown] id="md-08-04"
 # **Why fp16 needs loss scaling.** fp16 has 5 exponent bits and 10 fraction bits: its smallest
 # positive number is a subnormal, and round-to-nearest sends anything up to half of it to
 # **zero** (the cell computes both). Small gradients do that. The scaler multiplies the loss
@@ -86,7 +86,7 @@ print(check_fp16_underflow(sub, g))
 viz.plot_ranges()
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-08-05"
 # **fp32 vs autocast under DDP.** `disttutor/programs/amp.py` trains two DDP replicas of the same
 # seeded model on 2 ranks, on the same batches, one in fp32 and one under `torch.autocast`; their
 # steps alternate, so a busy machine slows both alike. The loop is the article's, in today's API,
@@ -114,7 +114,7 @@ print(f"median step: fp32 {a['step_ms_fp32']:.1f} ms, autocast {a['step_ms_amp']
 viz.plot_losses({"fp32": a["loss_fp32"], f"{a['autocast_dtype']} autocast": a["loss_amp"]})
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-08-06"
 # The curves lie on top of each other: bf16 rounds every matmul input to 7 fraction bits (8
 # significant bits with the implicit leading one: up to 2**-8 ≈ 0.4 % relative), which moves the loss in its third or fourth digit, not its course. The parameters
 # are *not* bit-identical — the rounding is real. Both facts, checked:
@@ -127,7 +127,7 @@ assert not a["any_param_identical"]   # autocast really ran in lower precision
 print(f"Here ({a['device']}) autocast's step took {ratio:.2f}x the fp32 step "
       f"({'slower' if ratio > 1 else 'faster'}); why is measured next.")
 
-# %% [markdown]
+# %% [markdown] id="md-08-07"
 # **Why, on this CPU — measured in parts.** Autocast makes a trade at every matmul: it *casts* the
 # fp32 weights and activations to bf16, then runs the matmul in bf16. That pays only where bf16
 # matmuls are much faster than fp32 ones — on hardware with bf16 matrix units (GPU tensor cores;
@@ -156,7 +156,7 @@ print(f"In the DDP step above (fp32 {a['step_ms_fp32']:.1f} ms) the model's matm
          f"{os.getloadavg()[0]:.1f}), the parts above are the finding."))
 print(f"(load average {os.getloadavg()[0]:.1f}; the parts are forward passes, one thread)")
 
-# %% [markdown]
+# %% [markdown] id="md-08-08"
 # **What the same experiment gives on GPUs** — not measurable here, so quoted: a published
 # measurement of full-precision against mixed-precision training and inference of the same model on
 # the same GPU. The throughputs are *reported* as printed by their source; the speed-ups are
@@ -168,7 +168,7 @@ print(format_table(amp_reported.table()))
 for src in dict.fromkeys(r.source for r in amp_reported.ROWS):
     print("source (reported):", src)
 
-# %% [markdown]
+# %% [markdown] id="md-08-09"
 # **Clipping with a scaler: the order matters.** With the scaler enabled (fp16's case), gradients
 # are `2**16` times too large until `unscale_`. Clip before that and every gradient is cut to the
 # threshold *in scaled units* — i.e. to 1/65536 of what you meant. Checked here with a real
@@ -195,7 +195,7 @@ assert abs(right - 1.0) < 1e-4 and abs(wrong * 2**16 - 1.0) < 1e-3
 print(f"unscale then clip: gradient norm {right:.3f}  (<= 1.0, as asked)")
 print(f"clip then unscale: gradient norm {wrong * 2**16:.2f} / 65536 (65536x too small)")
 
-# %% [markdown]
+# %% [markdown] id="md-08-10"
 # ## 2. Gradient accumulation (article §8.2)
 #
 # The article's loop divides each micro-batch loss by `accumulation_steps` and steps every k-th
@@ -239,7 +239,7 @@ print(f"k=4 time per optimiser step: {k4[False]['ms_per_step']:.1f} ms without n
 print(f"This model's gradients are {small_grad / 1024:.1f} KiB: no_sync saves {4 - 1} all-reduces of that size "
       "per step. How the time of one all-reduce grows with its bytes is measured in section 3 (bucket sweep).")
 
-# %% [markdown]
+# %% [markdown] id="md-08-11"
 # ### Exercise 8.1 — `no_sync()` for your own DDP
 #
 # Give chapter 4's from-scratch `BucketedDDP` a `no_sync()` context manager. Inside it, a
@@ -276,7 +276,7 @@ hint("8.1")
 # %%
 print(check_no_sync(NoSyncDDP))
 
-# %% [markdown]
+# %% [markdown] id="md-08-12"
 # ## 3. Communication (article §8.3)
 #
 # The article's three levers: accumulate (above), **compress**, and **overlap**. About overlap it
@@ -324,7 +324,7 @@ viz.plot_bytes(list(hrows.values()), ax=ax1)
 viz.plot_losses({h: r["loss"] for h, r in hrows.items()}, ax=ax2, title="loss per step, by hook")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-08-13"
 # ### Exercise 8.2 — a compression hook from scratch
 #
 # Write `fp16_compress_hook(state, bucket)`: DDP calls it once per bucket; `bucket.buffer()` is the
@@ -349,7 +349,7 @@ hint("8.2")
 # %%
 print(check_compress_hook(fp16_compress_hook))
 
-# %% [markdown]
+# %% [markdown] id="md-08-14"
 # ### Buckets and overlap, `gradient_as_bucket_view`, `static_graph`
 #
 # DDP groups gradients into buckets of about `bucket_cap_mb` (default 25 MB; the first bucket is
@@ -404,7 +404,7 @@ else:
 print(f"one all-reduce of the whole {t['grad_mb']:.1f} MiB gradient took {one['comm_ms']:.1f} ms here; "
       f"no_sync at k=4 would save {3 * one['comm_ms']:.0f} ms per optimiser step on a model this size.")
 
-# %% [markdown]
+# %% [markdown] id="md-08-15"
 # ### On a slow network: the emulated link
 #
 # Loopback is not a network. Here an all-reduce is CPU work (copies and sums by gloo's threads on
@@ -429,7 +429,7 @@ for key, link in PRESETS.items():
         print(f"{key:7} {figure:5} {value:>10}  {tag:8}  {source}")
 assert all(c.tag in ("reported", "derived", "assumed") and c.source for l in PRESETS.values() for c in (l.alpha, l.beta))
 
-# %% [markdown]
+# %% [markdown] id="md-08-16"
 # How the link waits without using the CPU: when the real all-reduce is done, a
 # `threading.Timer` sleeps until the link's due time and only then completes the future DDP waits
 # for (`disttutor/links/emulated.py`):
@@ -437,7 +437,7 @@ assert all(c.tag in ("reported", "derived", "assumed") and c.source for l in PRE
 # %%
 show_code("disttutor.links.emulated", "timer")
 
-# %% [markdown]
+# %% [markdown] id="md-08-17"
 # `max(left, 0)`: the future completes at the later of the emulated due time and the real
 # completion. The result is set from the timer's own thread, never inline in gloo's thread: a hook
 # that waits inside its callbacks (PowerSGD does) needs a free thread for the next transfer.
@@ -451,7 +451,7 @@ show_code("disttutor.links.emulated", "timer")
 # %%
 show_code("disttutor.links.ddp_hooks", "hooks")
 
-# %% [markdown]
+# %% [markdown] id="md-08-18"
 # `disttutor/programs/emulated_link.py` first measures the link back (a slow probe link, so that
 # timer lateness is small against it). For overlap it then builds a deeper MLP than the parts
 # below (one bucket per layer, so the one bucket that can never be hidden is a small share) and
@@ -465,7 +465,7 @@ show_code("disttutor.links.ddp_hooks", "hooks")
 # %%
 show_code("disttutor.programs.emulated_link", "overlap")
 
-# %% [markdown]
+# %% [markdown] id="md-08-19"
 # Where the emulated transfer starts matters: `EmulatedLink.all_reduce` books the link when DDP
 # hands the bucket over (`reserve(..., at=launched)`) and starts the real gloo all-reduce in the
 # same instant, asynchronously; the future DDP waits for completes at the later of the two. The
@@ -518,7 +518,7 @@ print(f"Target (issue 23): the overlapped step within 25% of max(compute, commun
 if IDLE:
     assert OV < DE   # overlap beats communication after the backward when the machine is quiet
 
-# %% [markdown]
+# %% [markdown] id="md-08-20"
 # The lower panel is the median of three instrumented steps of each kind (rank 0's clock). With overlap the
 # buckets go onto the link while the backward is still computing; without overlap they queue up
 # behind its end. Overlap cannot reach `max(compute, communication)` exactly, for two reasons the
@@ -552,7 +552,7 @@ print(f"The backward took {bwd_beside:.0f} ms beside the real all-reduces, {bwd_
          f"{os.getloadavg()[0]:.1f} on {disttutor.cores()} cores)."))
 assert all(b["start"] >= b["launched"] - 1e-6 and b["due"] > b["start"] for b in t_o["buckets"])  # booked at hand-over
 
-# %% [markdown]
+# %% [markdown] id="md-08-21"
 # **Compression on the link.** torch's own hooks, unchanged: inside
 # `emulated_all_reduce(link)` every `dist.all_reduce` a hook calls (also inside PowerSGD's
 # callbacks) crosses the link with the bytes it really sends — fp16's half, PowerSGD's rank-1
@@ -593,7 +593,7 @@ assert f16["bytes_per_step"] * 2 == f32["bytes_per_step"]           # fp16: exac
 assert psgd["bytes_per_step"] < 0.05 * f32["bytes_per_step"]        # rank-1 factors of 512x512 gradients: tiny
 print("bytes on the emulated link: fp16 exactly half of fp32; PowerSGD under 5 % of fp32")
 
-# %% [markdown]
+# %% [markdown] id="md-08-22"
 # **Fewer syncs.** Section 2's `no_sync` on the same link: k = 4 micro-batches per optimiser step,
 # all-reducing after every backward, or only after the last:
 
@@ -612,7 +612,7 @@ print(f"{LINK.caption()}: k={ns['k']} micro-batches, syncing every one {every:.0
 if IDLE:
     assert once < every
 
-# %% [markdown]
+# %% [markdown] id="md-08-23"
 # **`gradient_as_bucket_view=True`.** Without it every gradient exists twice: in `p.grad` and,
 # copied, in its bucket. With it, `p.grad` *is* a view into the bucket: no copy, and one
 # gradient-sized block of memory less. Measured by asking each tensor which storage it lives in:
@@ -625,7 +625,7 @@ for f, v in bv.items():
 print(check_bucket_view(bv))
 saved_bytes = bv[False]["held_bytes"] - bv[True]["held_bytes"]  # the summary table at the end quotes it
 
-# %% [markdown]
+# %% [markdown] id="md-08-24"
 # **`static_graph=True`** tells DDP the graph is the same every step, so it can record, during the
 # first step, which parameters are used and in which order, and stop searching after that. torch's
 # documentation lists what it newly allows: reentrant backwards, activation checkpointing
@@ -651,7 +651,7 @@ print("without static_graph:", "DDP refused the model" if "error" in sg[False] e
 for f, v in sg.items():
     print(f"static_graph={f!s:5}: warnings raised during its steps:", "; ".join(v["warnings"]) or "none")
 
-# %% [markdown]
+# %% [markdown] id="md-08-25"
 # ## 4. Data loading (article §8.4)
 #
 # The article's `DataLoader(num_workers=4, pin_memory=True, persistent_workers=True,
@@ -673,7 +673,7 @@ for bad in ({"persistent_workers": True}, {"prefetch_factor": 2}):
     else:
         raise AssertionError(f"{bad} was accepted with num_workers=0")
 
-# %% [markdown]
+# %% [markdown] id="md-08-26"
 # `disttutor/programs/dataloading.py` gives each item real CPU work, like an image pipeline:
 # zlib-decode a compressed 192×192 "image", flip, normalise, and resize it (antialiased) to the
 # 64×64 a network would take. The work per item is large and what a worker hands back is small —
@@ -722,7 +722,7 @@ print(f"epoch 2 with persistent_workers={npers['persistent']}: {dl.world_size * 
       f"with persistent_workers={same['persistent']}: {dl.world_size * same['items_per_s'][1]:.0f} items/s "
       f"({npers['workers']} worker(s); non-persistent workers are started again every epoch)")
 
-# %% [markdown]
+# %% [markdown] id="md-08-27"
 # **pin_memory without a GPU.** Asked for pinning, what did torch do on your machine? Each row
 # reports whether its batches came out pinned and any warning torch gave:
 
@@ -737,7 +737,7 @@ if not d["accelerator"]:
 else:
     assert pin["pinned"]                               # with a GPU the batches really are page-locked
 
-# %% [markdown]
+# %% [markdown] id="md-08-28"
 # What does **not** depend on the machine: `DistributedSampler` with workers still
 # hands out every sample exactly once per epoch, across ranks *and* workers:
 
@@ -749,7 +749,7 @@ for r0 in range(len(d["rows"])):
         assert seen == list(range(n)), (r0, epoch)
 print(f"every one of the {n} samples seen exactly once per epoch, for every loader setting, both epochs")
 
-# %% [markdown]
+# %% [markdown] id="md-08-29"
 # ## What this chapter measured
 #
 # The closing numbers, from the runs above (timings: your machine, at the load shown):
@@ -770,7 +770,7 @@ for r in d["rows"]:
     print(f"loader {r['label']:22}: {[round(dl.world_size * v) for v in r['items_per_s']]} items/s per epoch")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-08-30" tags=["takeaways"]
 # ## Key takeaways
 #
 # * Mixed precision: `torch.autocast(device_type=...)`, and a `GradScaler` only for fp16; its speed-up needs hardware with fast low-precision math.
@@ -779,7 +779,7 @@ print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 # * Buckets, `gradient_as_bucket_view` and `static_graph` trade memory and flexibility for overlap: measure before and after.
 # * `DistributedSampler` with loader workers still hands every sample out exactly once per epoch.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-08-31" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -801,13 +801,13 @@ reveal("8.q1", my_prediction, measured, rel_tol=0,  # counted, exact
        "inside `no_sync()` the gradients only accumulate locally, and the last backward all-reduces their sum once. "
        "Both runs ended equal to one process taking one step on the 4-times-larger batch.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-08-32" tags=["question"]
 # **Question 8.2.** Why divide each micro-batch's loss by k when accumulating? What happens if you forget, with SGD and with AdamW?
 
 # %%
 answer("8.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-08-33" tags=["question"]
 # **Question 8.3.** The fp16 compression hook on a 25-million-parameter model: how many bytes per all-reduce instead of fp32's, and below what magnitude does a gradient become zero?
 
 # %%

@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-09-01"
 # # Chapter 9 — Troubleshooting every rank (and where profiling stands)
 #
 # *Article §9: 性能分析与调试. Its §9.1 shows a `torch.profiler` snippet; its §9.2 「常见问题与解决方案」
@@ -21,7 +21,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(9)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-09-02" tags=["opening"]
 # **After this chapter you can**
 # * find your error text in an index of twenty failure modes, each reproduced live, and apply its fix;
 # * say where a stuck job is stuck — which rank, which line, which collective — from its stacks;
@@ -46,7 +46,7 @@ from disttutor.troubleshoot import modes as troubleshoot
 LOAD = os.getloadavg()[0]  # wall times below depend on how busy the machine is: we keep this beside them
 print(f"load average now: {LOAD:.1f} (on {disttutor.cores()} usable CPU cores)")
 
-# %% [markdown]
+# %% [markdown] id="md-09-03"
 # ## The index: error text → entry
 #
 # Generated from the one table in `disttutor/troubleshoot/modes.py`. The middle column is a regular
@@ -56,7 +56,7 @@ print(f"load average now: {LOAD:.1f} (on {disttutor.cores()} usable CPU cores)")
 # %%
 display(Markdown(troubleshoot.index_markdown()))
 
-# %% [markdown]
+# %% [markdown] id="md-09-04"
 # **Paste your error**: `troubleshoot.lookup(text)` searches the same table.
 
 # %% tags=["nbval-check-output"]
@@ -66,7 +66,7 @@ for m in troubleshoot.lookup(pasted):
     print(f"{m.title} -> fix: {m.fix}")
 assert [m.key for m in troubleshoot.lookup(pasted)] == ["unused_parameters"]
 
-# %% [markdown]
+# %% [markdown] id="md-09-05"
 # ## Reproducing them: one subprocess, one launch
 #
 # Starting torchrun costs seconds, so the failure modes that need ranks run **one after another in
@@ -84,7 +84,7 @@ repros = {**local, **group}
 print(check_reproduced(res, troubleshoot.mismatches(repros), len(repros)))
 print(f"{len(repros)} failure modes reproduced; the job took {res.wall_s:.0f} s (load {os.getloadavg()[0]:.1f})")
 
-# %% [markdown]
+# %% [markdown] id="md-09-06"
 # ## The entries
 #
 # For each: **you see** (the reproduction's real text, from the rank that said the most), the cause,
@@ -108,7 +108,7 @@ def entry(m, r):
 
 display(Markdown("\n\n".join(entry(m, repros.get(m.key)) for m in troubleshoot.MODES)))
 
-# %% [markdown]
+# %% [markdown] id="md-09-07"
 # Three things the reproductions show that are easy to get wrong:
 #
 # * A **mismatched** collective (all-reduce on one rank, broadcast on the other) and a **rank-dependent
@@ -132,7 +132,7 @@ for key in ("mismatched_collective", "rank_dependent_shape"):  # every rank's ow
 print(repros["mismatched_collective"].detail)
 print(check_detail_names_mismatch(repros))
 
-# %% [markdown]
+# %% [markdown] id="md-09-08"
 # ## Where is my job stuck?
 #
 # A hung job shows nothing: every rank waits. `disttutor.troubleshoot.diagnose` reads **the Python stack of every
@@ -154,12 +154,12 @@ print(hung.summary())
 lines = report.splitlines()
 assert lines[0].startswith("rank 0: waiting in all_reduce()") and lines[1].startswith("rank 1: in no collective")
 
-# %% [markdown]
+# %% [markdown] id="md-09-09"
 # Rank 0 waits in `all_reduce`; rank 1 is in **no** collective, at the line of `hello.py` where it
 # went its own way. That is the answer to "who is stuck": not the rank that timed out, but the one
 # that is somewhere else.
 
-# %% [markdown]
+# %% [markdown] id="md-09-10"
 # ## Profiling every rank (article §9.1)
 #
 # The article's profiler snippet, on every rank of a small DDP run: `disttutor/programs/profile_ddp.py`
@@ -174,7 +174,7 @@ assert lines[0].startswith("rank 0: waiting in all_reduce()") and lines[1].start
 # %%
 show_code("disttutor.programs.profile_ddp", "profile")
 
-# %% [markdown]
+# %% [markdown] id="md-09-11"
 # `schedule(wait=1, warmup=1, active=3)` skips a step, warms the profiler up for one, then records
 # three; `prof.step()` at the end of each iteration is what advances it (forget it and nothing is
 # recorded). `on_trace_ready` runs once the active steps are done: each rank writes its own file.
@@ -190,7 +190,7 @@ tr = traces.load(prof_dir)
 viz.plot_timeline(tr)
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-09-12"
 # Blue: forward, orange: backward, green: optimizer (the main thread); red, thinner: gloo's all-reduce
 # in its own thread. The straggler's **forward** is long; the other rank's **backward** is long —
 # it waits there for the straggler's gradients. The totals, and each rank's top operators and
@@ -205,7 +205,7 @@ for r in sorted(tot):
     print("   top ops (self CPU ms): " + ", ".join(f"{o['name']} {o['self_ms']:.1f}" for o in res["top_ops"][:4]))
 print(check_straggler_profile(tot, slow_rank=1, sleep_ms=40, steps=3))  # 3 profiled steps x 40 ms of sleep
 
-# %% [markdown]
+# %% [markdown] id="md-09-13"
 # **TensorBoard.** The article exports with `torch.profiler.tensorboard_trace_handler('./log')` for
 # TensorBoard's profiler plugin, `torch-tb-profiler`. That plugin is gone (*reported*, from the
 # projects' own threads):
@@ -230,7 +230,7 @@ import torch
 print(torch.__version__, "tensorboard_trace_handler:", callable(torch.profiler.tensorboard_trace_handler))
 assert callable(torch.profiler.tensorboard_trace_handler)
 
-# %% [markdown]
+# %% [markdown] id="md-09-14"
 # **Holistic Trace Analysis** (HTA, `pip install HolisticTraceAnalysis`; the kineto project names it the
 # plugin's successor) reads these traces, but its analyses are made for GPU kernels and NCCL
 # collectives. The course does not depend on it (`disttutor/troubleshoot/traces.py` reads the JSON in a
@@ -247,7 +247,7 @@ else:
     print(f"-> {len(raised)} of {len(probe) - 1} HTA analyses raised on these CPU traces"
           + (f" ({', '.join(raised)})" if raised else ""))
 
-# %% [markdown]
+# %% [markdown] id="md-09-15"
 # ### Exercise 9.1 — find the straggler
 #
 # The checker profiles **3 ranks**, one of them slow, chosen **at random** during the run (the
@@ -274,10 +274,10 @@ from disttutor.checks.profiling import check_straggler
 
 check_straggler(find_straggler)
 
-# %% [markdown]
+# %% [markdown] id="md-09-16"
 # (Solution: `solutions/ex9_1_find_straggler.py`; the course's tests run it through this checker.)
 
-# %% [markdown]
+# %% [markdown] id="md-09-17"
 # ## Fix the bug (Exercises 9.2 and 9.3)
 #
 # Two programs that meet entries of the table above and **run without an error, but are wrong**. Each
@@ -318,7 +318,7 @@ from disttutor.checks.fixbug import check_accumulation, check_epochs
 
 check_accumulation(accumulate_step)
 
-# %% [markdown]
+# %% [markdown] id="md-09-18"
 # ### Exercise 9.3 — reshuffle every epoch, log the global loss
 #
 # `train_epochs(ddp_model, optimizer, dataset, epochs, batch_size)` trains on this rank's share of the
@@ -358,11 +358,11 @@ hint("9.3")
 # %%
 check_epochs(train_epochs)
 
-# %% [markdown]
+# %% [markdown] id="md-09-19"
 # (Solutions: `solutions/ex9_2_accumulate_step.py` and `solutions/ex9_3_train_epochs.py`; the course's
 # tests run them, and the broken programs and half-fixes, through these checkers on real ranks.)
 
-# %% [markdown]
+# %% [markdown] id="md-09-20"
 # ## What this chapter measured
 
 # %%
@@ -371,7 +371,7 @@ for m in troubleshoot.MODES:
     print(f"{m.key:30} {'%5.1f s' % r.wall_s if r else '(ch. 5)':>8}  {(r.symptom if r else '')[:70]}")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-09-21" tags=["takeaways"]
 # ## Key takeaways
 #
 # * A hang is a rank missing from a collective: the others wait; the collective timeout and the stacks say where.
@@ -379,7 +379,7 @@ print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 # * In a DDP profile the fast ranks show the longest backward: they wait for the slow one inside the all-reduce.
 # * Every reproduction here is bounded by a few seconds of collective timeout: bound yours the same way (`timeout=` in `init_process_group`).
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-09-22" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -401,13 +401,13 @@ reveal("9.q1", my_prediction, measured, choices={"a": "they wait the full timeou
                 "a": "Here the living ranks waited for the whole collective timeout: nothing noticed the dead peer sooner.",
                 "c": "A rank finished with a sum that lacks the dead rank's part: check every result, not only the exit."}[measured])
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-09-23" tags=["question"]
 # **Question 9.2.** In a DDP profile where rank 1 is slow, which rank shows the longest backward, and why? How do you find the straggler instead?
 
 # %%
 answer("9.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-09-24" tags=["question"]
 # **Question 9.3.** One rank's data loader has one batch fewer than the others'. What happens at the end of the epoch under DDP, and what are two fixes?
 
 # %%

@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-10-01"
 # # Chapter 10 — Capstone: the article's language model, corrected, trained, and surviving a killed rank
 #
 # *Article §10 (case study: a Transformer language model under DDP) and §11.3's advice "实现检查点保存和恢复机制".*
@@ -20,7 +20,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(10)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-10-02" tags=["opening"]
 # **After this chapter you can**
 # * find and fix the bugs of the article's language model, each one shown happening;
 # * train a Transformer language model under DDP on real text and read where its step time goes;
@@ -55,7 +55,7 @@ LOAD = os.getloadavg()[0]  # timings below are noisy when the machine is busy: w
 print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, GPUs: {torch.cuda.device_count()}, load {LOAD:.1f}")
 LAUNCH = dict(stream=False, timeout=400)
 
-# %% [markdown]
+# %% [markdown] id="md-10-03"
 # ## 1. The article's model, run as written
 #
 # `disttutor.lm.article` holds the article's §10.1 code **verbatim** (with its own import block).
@@ -76,7 +76,7 @@ try:
 except AttributeError as e:
     print("AttributeError:", e)  # forward uses self.d_model, __init__ never stores it
 
-# %% [markdown]
+# %% [markdown] id="md-10-04"
 # With those two lines fixed (`lm_article.load(runnable=True)`), it runs — and is wrong in four
 # silent ways. We feed it a batch of 3 sequences of 10 token ids, shaped `(batch, time)` as any
 # `DataLoader` gives them.
@@ -100,7 +100,7 @@ with torch.no_grad():
 print(f"sequence 0's output moved by {d_art:.3f} (article) vs {d_fix:.1e} (corrected)")
 assert d_art > 1e-3 and d_fix == 0.0
 
-# %% [markdown]
+# %% [markdown] id="md-10-05"
 # **Bug: positional encoding.** `self.pe[:x.size(0)]` assumes `(time, batch, d)`. On `(batch, time, d)`
 # it adds `pe[b]` — the *position of the sample in the batch* — to every token of sample `b`, and
 # nothing that depends on the token's position:
@@ -111,7 +111,7 @@ print("article: position 0 == position 5 for every sample:", torch.equal(out[:, 
 print("corrected: position 0 == position 5:", torch.equal(fixed.pe[0, 0], fixed.pe[0, 5]))
 assert torch.equal(out[:, 0], out[:, 5]) and not torch.equal(fixed.pe[0, 0], fixed.pe[0, 5])
 
-# %% [markdown]
+# %% [markdown] id="md-10-06"
 # **Bug: no causal mask.** A language model predicts token `t+1` from tokens `≤ t`. Without a mask
 # every position attends to the whole sequence, *including the answer*. Change token 5, and the
 # outputs at positions 0–4 change (we give the article's model its own `(time, batch)` layout here,
@@ -128,7 +128,7 @@ with torch.no_grad():
 print(f"outputs at positions 0-4 moved by {leak_art:.3f} (article) vs {leak_fix:.1e} (corrected, causal mask)")
 assert leak_art > 1e-3 and leak_fix == 0.0
 
-# %% [markdown]
+# %% [markdown] id="md-10-07"
 # **Bug: the loss.** The article scores `output` against `target` position by position and leaves the
 # shift to a `TextDataset(...)` it never shows. If `target` is the input (no shift), a model that
 # simply *copies* its input gets zero loss — and with no causal mask it can. And `ignore_index=0`
@@ -143,7 +143,7 @@ print(f"copying model: loss {no_shift:.1e} without the shift, {shifted:.1f} with
 print(f"vocabulary: {tok.vocab_size} characters; id 0 is {tok.chars[0]!r} -- ignore_index=0 would never train it")
 assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 
-# %% [markdown]
+# %% [markdown] id="md-10-08"
 # The rest of the list, each caught by a test in `tests/test_ch10_model.py` or shown by a run below:
 #
 # | article | problem | fix | caught by |
@@ -159,7 +159,7 @@ assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 # | `torch.save(model.state_dict())` of the DDP model | keys start with `module.` | `get_state_dict` / `model.module` | `test_training_lowers_validation_loss` |
 # | `GradScaler()`, `autocast()`; `.to(rank)`; `mp.spawn` | §10 calls the first two without importing them (`NameError`; §8's `torch.cuda.amp` spelling is deprecated); on node 2 the global rank is no GPU index; from a notebook `mp.spawn` pickles functions of `__main__`, which its children cannot import | `torch.amp.GradScaler(device)` / `torch.autocast(device)` (chapter 8); `LOCAL_RANK` (chapter 5); a module started by torchrun (chapters 0, 9) | their chapters' tests and the run below |
 
-# %% [markdown]
+# %% [markdown] id="md-10-09"
 # ## 2. The article's training function, run under DDP as written
 #
 # §10.2's `train(rank, world_size)` is the article's whole recipe: a process group, the model moved
@@ -203,7 +203,7 @@ print("torch warned along the way (never an error):", *[f"  - {w}" for w in warn
 # %% tags=["nbval-check-output"]
 print(check_article_ladder(ladder, article_ddp.FIXES))
 
-# %% [markdown]
+# %% [markdown] id="md-10-10"
 # Read the ladder top to bottom: each line is a real failure on a real rank, in the order a learner
 # would meet them. Two of them are not in the model-bug table above, because they only appear under
 # DDP: the `.to(rank)` that assumes a GPU per rank (chapter 5: on a second node the global rank is not
@@ -245,7 +245,7 @@ assert all("Expected target size" in sn["accumulation"] and sn["adamw"] == "ran"
 print("§10.3 on every rank: checkpointing needs d_model/nhead and warns about use_reentrant; accumulation's "
       "criterion(output, target) on 3-D logits raises; AdamW runs")
 
-# %% [markdown]
+# %% [markdown] id="md-10-11"
 # > **The article says** `loss = criterion(output, target) / accumulation_steps` — **on PyTorch 2.13**
 # > `CrossEntropyLoss` reads a 3-D `(batch, time, vocab)` output as `(batch, classes, ...)`: the classes
 # > come from the time axis, and the shapes disagree (the error above). Flatten both, as §10.2 itself
@@ -270,7 +270,7 @@ show_code("disttutor.lm.loop", "setup")
 # %%
 show_code("disttutor.lm.loop", "step")
 
-# %% [markdown]
+# %% [markdown] id="md-10-12"
 # Line by line, where it counts:
 #
 # - `DDP(model, device_ids=[ctx.local_rank] if ... "cuda" else None)`: the article's `device_ids=[rank]`
@@ -313,14 +313,14 @@ elif gain < 0.2:
 else:
     print(f"bf16 gains {gain:.0%} on this CPU: try amp='on'")
 
-# %% [markdown]
+# %% [markdown] id="md-10-13"
 # Whether bf16 pays off on a CPU depends on the CPU (bf16 matrix units or not) and, for a model this
 # small, on whether its matrix products are big enough to repay the casts; on a busy machine a few
 # steps are also a noisy measurement (the line above gives the load). Our training runs keep fp32 on
 # CPU (`amp="auto"`) and use autocast (fp16 + `GradScaler`, the article's case, or bf16) on GPUs;
 # pass `amp="on"` if the line above shows a clear gain on your CPU.
 
-# %% [markdown]
+# %% [markdown] id="md-10-14"
 # Now the real run: 2 ranks, a few minutes at most. The progress bar and the plot below it follow
 # rank 0's progress lines while the job runs (`launch(..., on_progress=live)` hands each record to
 # `viz.LiveLoss`, which redraws at most every 2 s); the same launch also records steps 5–7 with
@@ -348,7 +348,7 @@ n_cores = disttutor.cores()  # usable cores: affinity, cgroup limit
 print(f"(a tiny model: {cfg.steps} steps, {r['wall_s']:.0f} s of training, {train_run.world_size} ranks on "
       f"{n_cores} usable CPU cores)")
 
-# %% [markdown]
+# %% [markdown] id="md-10-15"
 # Before training the characters are uniform noise; after it, spaces, common letter pairs, short
 # words and punctuation appear where English puts them. (A model this small, trained this briefly —
 # the line above — will not quote Genesis.)
@@ -374,7 +374,7 @@ print(f"total: {total_tps:.0f} tokens/s on {len(prof)} ranks (whole run, unprofi
 # %% tags=["nbval-check-output"]
 print(check_time_split(prof, lm_profile.PARTS, on_cpu=not torch.cuda.is_available()))
 
-# %% [markdown]
+# %% [markdown] id="md-10-16"
 # Why the split comes out as it does (on CPU the checked cell above asserts compute > communication >
 # data): this model is small, but every one of its matrix products runs on its rank's CPU threads
 # (`OMP_NUM_THREADS=1` per rank; how many cores the ranks share is printed below), and activation
@@ -392,7 +392,7 @@ print(f"gradient all-reduce: {n_params / 1e6:.2f} M parameters = {4 * n_params /
 print("share of the profiled window, min-max over ranks: " + ", ".join(
     f"{p} {min(v):.1f}-{max(v):.1f}%" for p, v in shares.items()))
 
-# %% [markdown]
+# %% [markdown] id="md-10-17"
 # ## 4. Fault tolerance: kill a rank, restart, resume exactly
 #
 # `disttutor/lm/checkpoint.py` saves everything the next step depends on: weights and AdamW's moments
@@ -406,7 +406,7 @@ print("share of the profiled window, min-max over ranks: " + ", ".join(
 # %%
 show_code("disttutor.lm.checkpoint", "save")
 
-# %% [markdown]
+# %% [markdown] id="md-10-18"
 # - `get_state_dict(model, optimizer)` returns the model's weights under plain names (no DDP
 #   `module.` prefix) and the optimizer's state keyed by parameter **name**, not by position: a
 #   checkpoint that loads into a model wrapped differently (plain, DDP, FSDP2).
@@ -425,7 +425,7 @@ show_code("disttutor.plain.dcp", "save")
 # %%
 show_code("disttutor.plain.dcp", "load")
 
-# %% [markdown]
+# %% [markdown] id="md-10-19"
 # `dcp.load` fills the tensors of a state dict *in place*, so it needs one of the right structure
 # first: `get_state_dict` of the fresh model and optimizer (for AdamW it creates the moment tensors).
 # `set_state_dict` then hands them to model and optimizer. `tests/test_plain_scripts.py` runs this
@@ -458,7 +458,7 @@ rows = [json.loads(line) for line in open(os.path.join(ck_dir, "history.jsonl"))
 viz.plot_fault(ref_run.results[0]["history"]["loss"], rows, killed_at=9, resumed_from=fr["resumed_from"])
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-10-20"
 # **A rank lost for good.** If the rank dies on every attempt, the restarts run out and the job ends
 # with one line per rank instead of hanging:
 
@@ -472,7 +472,7 @@ except disttutor.LaunchError as e:
     print(str(e).splitlines()[0])
     assert "rank 1" in str(e)
 
-# %% [markdown]
+# %% [markdown] id="md-10-21"
 # A crash *during* a save leaves `step_N.tmp/`, which is never loaded: `tests/test_ch10_train.py`
 # kills rank 1 between writing and committing the checkpoint of step 4, and checks the job resumes
 # from step 2 and still ends bitwise equal (`test_killed_rank_resumes_exactly[True-2]`).
@@ -502,7 +502,7 @@ hint("10.1")
 # %%
 print(check_resume(resume))
 
-# %% [markdown]
+# %% [markdown] id="md-10-22"
 # ## What this chapter measured
 
 # %%
@@ -515,7 +515,7 @@ print(f"fault injection: killed at step 9, restarted, resumed from step {fr['res
       f"max parameter difference {max_diff}")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-10-23" tags=["takeaways"]
 # ## Key takeaways
 #
 # * The article's model is not a language model until it has a causal mask, shifted targets and a loss over the right axis — each bug has a test.
@@ -523,7 +523,7 @@ print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 # * Written to a temporary name and committed by a rename, a checkpoint survives a crash during the save.
 # * With `max_restarts`, torchrun restarts all ranks after a failure; resumed from a complete checkpoint the run ends bitwise equal to an uninterrupted one.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-10-24" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -554,13 +554,13 @@ reveal("10.q1", my_prediction, measured, rel_tol=0.1,  # 10 %: an untrained mode
        "An untrained model spreads its probability about evenly over the vocabulary, so its loss starts near ln V: "
        "a first loss far from it means a bug (wrong targets, wrong axis) before any training.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-10-25" tags=["question"]
 # **Question 10.2.** What must a checkpoint hold so that a resumed run ends bitwise equal to an uninterrupted one? What happens if one piece is missing?
 
 # %%
 answer("10.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-10-26" tags=["question"]
 # **Question 10.3.** A job checkpoints every 50 steps of 2 s and a rank dies at step 437. How many steps are recomputed? If a checkpoint costs 20 s and failures come every 8 hours, what interval does the Young/Daly rule suggest?
 
 # %%

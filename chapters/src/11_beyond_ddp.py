@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-11-01"
 # # Chapter 11 — Beyond DDP: ZeRO and FSDP, tensor parallelism, a 2D mesh, and where the field stands
 #
 # *Article §11: summary and outlook.*
@@ -20,7 +20,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(11)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-11-02" tags=["opening"]
 # **After this chapter you can**
 # * shard optimizer states, gradients and parameters (ZeRO-1, FSDP) — from scratch (Exercises 11.1, 11.2) and with FSDP2's `fully_shard`;
 # * measure the memory each rank really holds and compare it with chapter 1's calculator;
@@ -46,7 +46,7 @@ LOAD = os.getloadavg()[0]
 print(f"load average now: {LOAD:.1f} (on {disttutor.cores()} cores)")
 LAUNCH = dict(stream=False, timeout=280)
 
-# %% [markdown]
+# %% [markdown] id="md-11-03"
 # ## 1. Where the memory goes, and three ways to shard it
 #
 # Chapter 1's calculator: AdamW in fp32 costs **16 bytes per parameter** — 4 for the weight, 4 for
@@ -86,7 +86,7 @@ for row in viz.memory_rows(by_world):
 viz.memory_figure(by_world)
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-11-04"
 # What the measurement shows that the formula does not:
 #
 # * **ZeRO-1 is coarse.** It shards by *whole parameters* (as torch's `ZeroRedundancyOptimizer`
@@ -123,7 +123,7 @@ print(f"checkpoint files (4 ranks): {by_world[4][0]['checkpoint']['files']}; rel
       f"(parameters, AdamW moments): {all(r['checkpoint']['reloaded_equal'] for r in by_world[4])}, "
       f"{all(r['checkpoint']['optimizer_equal'] for r in by_world[4])}")
 
-# %% [markdown]
+# %% [markdown] id="md-11-05"
 # The bf16 runs differ from one process far more than the fp32 ones (the errors above): bf16 keeps 7
 # fraction bits (8 significant bits with the implicit one), the gradients are summed in a different
 # order than in one process, and AdamW may flip the sign of an update whose gradient is near zero.
@@ -162,7 +162,7 @@ hint("11.1")
 # %%
 print(check_zero1(ZeroOne))
 
-# %% [markdown]
+# %% [markdown] id="md-11-06"
 # ## 2. FSDP2 in full: the code you write, its communication and its memory, measured
 #
 # **FSDP** (fully sharded data parallel; ZeRO stage 3) keeps only a shard of every weight on each rank
@@ -177,7 +177,7 @@ from disttutor.course.source import show_code
 
 show_code("disttutor.programs.fsdp2", "fully_shard")
 
-# %% [markdown]
+# %% [markdown] id="md-11-07"
 # After these calls every parameter is a **DTensor** (section 3 shows placements on real ranks):
 # `Shard(dim=0)` over the 1-D mesh, so each of 2 ranks holds half of every weight's rows. Each
 # `fully_shard(block)` installs hooks on that block: *pre-forward* all-gathers the block's shards
@@ -198,7 +198,7 @@ for k, v in F2[0]["vs_one_process"].items():
 for r in F2:  # fp32, the same sums in another order (rank-local halves, then a reduce-scatter): ulps of O(1) values
     assert max(r["vs_one_process"].values()) < 1e-5, r["vs_one_process"]
 
-# %% [markdown]
+# %% [markdown] id="md-11-08"
 # ### 2.1 Communication, measured: one all-gather per unit forward and backward, one reduce-scatter
 #
 # The program profiles one step with `torch.profiler` (`record_shapes=True`) and reads the trace
@@ -233,7 +233,7 @@ for cond in ("prefetch off", "prefetch on"):
 # without prefetching block 2 is gathered only after block 3 is done; with it, before block 3's reduce-scatter
 print(check_fsdp_collectives(F2, backward_order("prefetch off"), backward_order("prefetch on")))
 
-# %% [markdown]
+# %% [markdown] id="md-11-09"
 # Read the figure from the left: in forward, `F0`..`F3` compute one block each, every one after its
 # blue all-gather; in backward (shaded blue), every block's gradient is reduce-scattered (red) when
 # backward leaves it. The order check above is the difference prefetching makes: with it, block 2's
@@ -279,7 +279,7 @@ ag_bf16 = sum(c["bytes"] for c in mp_calls if c["op"] == "all_gather")
 ag_fp32 = sum(c["bytes"] for c in F2[0]["comm"]["prefetch off"]["calls"] if c["op"] == "all_gather")
 print(check_fsdp_bytes(rows, P, ag_bf16, ag_fp32))
 
-# %% [markdown]
+# %% [markdown] id="md-11-10"
 # Measured and formula agree to the byte in the payload and within gloo's headers on the wire — with
 # one surprise the trace explains: **gloo has no native reduce-scatter** and runs it as an all-reduce
 # of the whole gradient, so on CPU ranks FSDP sends twice DDP's bytes, not 1.5×. NCCL (GPUs) has a
@@ -313,7 +313,7 @@ print(f"activation checkpointing: activations at the peak {mem[0]['True + activa
       f"{'identical' if max(r['ac_vs_no_ac'] for r in F2) == 0 else 'differs'}")
 print(check_fsdp_memory(mem, block_bytes, root_bytes, max(r["ac_vs_no_ac"] for r in F2)))
 
-# %% [markdown]
+# %% [markdown] id="md-11-11"
 # On a real model the blocks dominate: a 32-block model resharded keeps 1/32 of the weights full at a
 # time instead of all of them, which is why `reshard_after_forward=True` is the default. Common
 # practice (torchtitan) sets it `False` for the *last* block only: backward needs that block first,
@@ -337,7 +337,7 @@ print(f"all-gathers: {ag_bf16} bytes in {({c['dtype'] for c in mp_calls if c['op
       f"reduce-scatters in {rs_dtypes} (reduce_dtype)")
 print(check_mixed_precision(mpd, rs_dtypes))
 
-# %% [markdown]
+# %% [markdown] id="md-11-12"
 # On CPU ranks bf16 saves communication bytes but rarely time: most CPUs have no fast bf16 matrix
 # units, so the casts cost more than the matmuls gain (the plain script below therefore defaults to
 # fp32). On GPUs bf16 compute is several times faster than fp32, and this policy is the default in
@@ -360,7 +360,7 @@ print(f"reloaded shards equal on every rank: parameters {all(r['checkpoint']['pa
       f"largest difference {max(r['checkpoint']['resumed_diff'] for r in F2):.1e}")
 print(check_fsdp_checkpoint(F2, n))
 
-# %% [markdown]
+# %% [markdown] id="md-11-13"
 # ### 2.5 The same, as a plain script to keep
 #
 # `disttutor/plain/fsdp2.py` is all of the above that you would copy into your own project, torch
@@ -370,7 +370,7 @@ print(check_fsdp_checkpoint(F2, n))
 # %%
 show_code("disttutor.plain.fsdp2")
 
-# %% [markdown]
+# %% [markdown] id="md-11-14"
 # ### 2.6 FSDP1's flat parameter vs FSDP2's per-parameter shards
 #
 # Torch's first FSDP (`FullyShardedDataParallel`, "FSDP1") and this course's scratch FSDP
@@ -394,7 +394,7 @@ for design in ("flat (FSDP1-style)", "per-parameter (FSDP2)"):
 print(f"torch's FSDP1 on this machine: {views['fsdp1_error'] or 'runs'}")
 print(check_flat_vs_per_param(views))
 
-# %% [markdown]
+# %% [markdown] id="md-11-15"
 # What changes for you:
 #
 # * **Inspecting `model.parameters()`.** With a flat parameter you see one anonymous 1-D shard; the
@@ -429,7 +429,7 @@ print(check_flat_vs_per_param(views))
 # the flat-parameter difference again; with FSDP2 it errors instead, because it all-gathers the
 # norm weights' gradients as if they were replicated tensors, and FSDP2 shards those too.
 
-# %% [markdown]
+# %% [markdown] id="md-11-16"
 # ## Exercise 11.2 — FSDP from scratch (the flat design)
 #
 # Now build the flat-parameter design yourself, one unit (the whole module). The skeleton below has
@@ -522,7 +522,7 @@ hint("11.2")
 # %%
 print(check_fsdp(FSDP))
 
-# %% [markdown]
+# %% [markdown] id="md-11-17"
 # ## 3. Tensor parallelism: split the layers, not the batch
 #
 # FSDP still runs every layer whole on every rank (after gathering it). **Tensor parallelism**
@@ -539,7 +539,7 @@ for pl in tp.results[0]["placements"]:
 # %% tags=["nbval-check-output"]
 print(check_tp_placements([r["placements"] for r in tp.results]))
 
-# %% [markdown]
+# %% [markdown] id="md-11-18"
 # `parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})` splits the
 # first Linear's output features (each rank computes some hidden units, no communication) and the
 # second's input features (each rank's partial product must be **summed**: one all-reduce). In
@@ -555,7 +555,7 @@ for block in ("mlp", "attention"):
 # forward: the row-wise layer's partial sums, one all-reduce; backward: one per column-wise layer
 print(check_tp_blocks(tp.results))
 
-# %% [markdown]
+# %% [markdown] id="md-11-19"
 # ### A 2D mesh: FSDP × TP on 4 ranks
 #
 # Large jobs compose: TP inside a node (fast links, an all-reduce per block), FSDP or DP across
@@ -574,7 +574,7 @@ print("placements of the 2D-sharded weights:", m2[0]["placements"])
 viz.mesh_figure(tp.results)
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-11-20"
 # **`_StridedShard(dim=0, sf=2)`**, in the placements just printed, is what FSDP's `Shard(0)`
 # becomes when tensor parallelism has split the same dimension first. `ColwiseParallel` gave each
 # TP rank a contiguous block of `mlp[0].weight`'s rows; `fully_shard` on the `dp` mesh dimension then
@@ -596,7 +596,7 @@ print(f"dp rank 0 (both of its tp ranks) holds rows {dp0[:len(dp0) // 2][0]}..{d
       f"{dp0[len(dp0) // 2:][0]}..{dp0[len(dp0) // 2:][-1]}: {'one slice' if contiguous else 'two strided pieces'}")
 assert not contiguous and "_StridedShard(dim=0, sf=2)" in m2[0]["placements"]["0.weight"]
 
-# %% [markdown]
+# %% [markdown] id="md-11-21"
 # Chapter 12, *Splitting one layer: tensor, sequence, context and expert parallelism*, takes tensor
 # parallelism further: written from scratch, with sequence, context and expert parallelism beside it.
 #
@@ -630,7 +630,7 @@ print(f"all-reduce calls: FedAvg {fed['allreduces_fedavg']}, data parallel {fed[
 print("losses on all data:", {k: round(v, 4) for k, v in fed["loss"].items()})
 print(check_fedavg(fed))
 
-# %% [markdown]
+# %% [markdown] id="md-11-22"
 # With one local step FedAvg *is* data parallelism (the average of `w − lr·g_r` is
 # `w − lr·mean(g_r)`). With more, it communicates `local_steps` times less but is no longer the
 # same optimisation: each client walks toward its own data's optimum (client drift), and real
@@ -655,7 +655,7 @@ print(f"TP (mlp, attention) and 2D mesh vs one process: max difference "
       f"{max(m['param_diff'] for m in m2):.1e}")
 print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-11-23" tags=["takeaways"]
 # ## Key takeaways
 #
 # * ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3/FSDP the parameters too: each rank's model states shrink towards 16/n bytes per parameter.
@@ -664,7 +664,7 @@ print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 # * A 2D mesh combines them: TP inside a node, FSDP across nodes — every result here compared with one process.
 # * Federated averaging with one local step is data parallelism; with more it communicates less but optimises something else.
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-11-24" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -688,13 +688,13 @@ reveal("11.q1", my_prediction, measured, rel_tol=0.1,  # 10 %: padding and uneve
        + ("; shards padded to equal sizes keep a small model a little above 1/2." if measured > 0.5 + 1e-3 else
           " — here exactly, since every parameter's first dimension divides by 2 and no shard needs padding."))
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-11-25" tags=["question"]
 # **Question 11.2.** A 1-billion-parameter model with AdamW in fp32 on 8 ranks: how many bytes of model states does each rank hold under DDP, ZeRO-1, ZeRO-2 and FSDP?
 
 # %%
 answer("11.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-11-26" tags=["question"]
 # **Question 11.3.** FSDP all-gathers parameters in forward and reduce-scatters gradients in backward. Why is its traffic about 1.5 × DDP's, and how can you get it back to DDP's?
 
 # %%

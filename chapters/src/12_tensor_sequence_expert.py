@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-12-01"
 # # Chapter 12 — Splitting one layer: tensor, sequence, context and expert parallelism
 #
 # *Not in the article: what practitioners use every day after data parallelism and FSDP.*
@@ -17,7 +17,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(12)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-12-02" tags=["opening"]
 # **After this chapter you can**
 # - split an MLP and an attention block over ranks by hand (Megatron's column- then row-parallel
 #   layers and their `f`/`g` operators) and with torch's `parallelize_module`, and say where each
@@ -56,7 +56,7 @@ def verdict(diff: float) -> str:
     return f"equal within {TOL:g} ✓" if diff <= TOL else f"DIFFERENT by {diff:.2g} ✗"
 
 
-# %% [markdown]
+# %% [markdown] id="md-12-03"
 # ## 1. Tensor parallelism: split the matrices of a layer
 #
 # **Tensor parallelism** (TP) splits each weight matrix of a layer over `t` ranks; every rank sees
@@ -81,7 +81,7 @@ def verdict(diff: float) -> str:
 # %%
 show_code("disttutor.tensor_parallel.tp", "conjugates")
 
-# %% [markdown]
+# %% [markdown] id="md-12-04"
 # `CopyToTP.forward` returns a view of its input: there is nothing to send, the input is already on
 # every rank. `ReduceFromTP.forward` clones before the all-reduce, because `dist.all_reduce` works in
 # place and autograd's input must stay as it was. The layers that use them:
@@ -89,7 +89,7 @@ show_code("disttutor.tensor_parallel.tp", "conjugates")
 # %%
 show_code("disttutor.tensor_parallel.tp", "layers")
 
-# %% [markdown]
+# %% [markdown] id="md-12-05"
 # The row-parallel layer adds its bias **after** the all-reduce: added before it, every rank's
 # copy would be summed and the bias would count `t` times. Attention splits the same way by
 # **heads**: `q`, `k`, `v` column-parallel in multiples of the head size (each rank computes
@@ -104,7 +104,7 @@ show_code("disttutor.tensor_parallel.tp", "layers")
 # %%
 show_code("disttutor.programs.tensor_sequence_expert", "tp_plan")
 
-# %% [markdown]
+# %% [markdown] id="md-12-06"
 # One launch on 2 ranks runs both versions of the MLP and of the attention block, compares the
 # output, the input's gradient and every weight's gradient with the unsplit module in one process,
 # and records the collectives: the from-scratch modules through a wrapper around
@@ -134,7 +134,7 @@ print(f"DTensor attention, backward: {att['backward']['all_reduce']} all-reduces
       f"the three gradients locally (autograd adds them at x) and all-reduces once. Shapes each rank holds: "
       + ", ".join(f"{k} {v}" for k, v in att["local_shapes"].items() if k.endswith("weight")))
 
-# %% [markdown]
+# %% [markdown] id="md-12-07"
 # The measured difference is a design point, not a bug: torch's plan is per module, so three
 # column-parallel layers that read the same input each reduce their own share of its gradient. A
 # fused `qkv` Linear (one `ColwiseParallel`), or `PrepareModuleInput` on the attention module,
@@ -172,7 +172,7 @@ hint("12.1")
 # %%
 print(check_row_parallel(RowParallelLinear))
 
-# %% [markdown]
+# %% [markdown] id="md-12-08"
 # ## 2. Sequence parallelism: shard what tensor parallelism leaves whole
 #
 # Tensor parallelism splits the matrices, but LayerNorm, dropout and the residual add sit outside
@@ -194,7 +194,7 @@ print(check_row_parallel(RowParallelLinear))
 # %%
 show_code("disttutor.tensor_parallel.sp", "sp_ops")
 
-# %% [markdown]
+# %% [markdown] id="md-12-09"
 # The block itself, and the one duty SP adds: LayerNorm's weight and bias (and the output bias)
 # are replicated, but each rank now computes them from its own tokens only, so their gradients are
 # partial sums and need one all-reduce after backward (under plain TP every rank saw every token and
@@ -203,7 +203,7 @@ show_code("disttutor.tensor_parallel.sp", "sp_ops")
 # %%
 show_code("disttutor.tensor_parallel.sp", "sp_block")
 
-# %% [markdown]
+# %% [markdown] id="md-12-10"
 # One launch runs the block three ways on the same data and the same dropout mask (each rank draws
 # the full mask from one seed and keeps its slice): unsplit in one process, with TP, with SP. It
 # measures the bytes autograd keeps for backward (every tensor an operation saves, seen through
@@ -224,7 +224,7 @@ for mode in ("tp", "sp"):
           f"{r['ring_bytes']:,.0f}")
 print(check_sp_collectives(sp.results, TOL))
 
-# %% [markdown]
+# %% [markdown] id="md-12-11"
 # Where the bytes go, tensor by tensor (shapes as autograd saved them; `[seq, batch, dim]` with
 # seq 16, batch 2, dim 16, hidden 32, on 2 ranks):
 
@@ -256,7 +256,7 @@ Markdown(f"Measured: SP keeps **{sp_b:,} bytes** per rank for backward where TP 
          f"The gain grows with the share of replicated activations (*reported*: Korthikanti et al. 2022 count "
          f"10·sbh bytes per transformer layer that TP leaves replicated, against 24/t·sbh that it splits).")
 
-# %% [markdown]
+# %% [markdown] id="md-12-12"
 # ## 3. Context parallelism: ring attention
 #
 # Sequence parallelism still gathers the whole sequence for attention. For very long sequences
@@ -272,7 +272,7 @@ Markdown(f"Measured: SP keeps **{sp_b:,} bytes** per rank for backward where TP 
 # %%
 show_code("disttutor.tensor_parallel.ring_attention", "merge")
 
-# %% [markdown]
+# %% [markdown] id="md-12-13"
 # The ring: post the send of the current block and the receive of the next one, compute with the
 # current one meanwhile, wait, swap. With a causal mask, keys from a *later* rank are all in the
 # future of my queries: that block is skipped (it still passes through, so the ring stays the same
@@ -293,7 +293,7 @@ for rank, r in enumerate(CP):
           f"sends {r['sent_bytes']:,.0f} bytes of keys and values")
 print(check_ring_attention(CP, TOL))  # n - 1 steps of the ring
 
-# %% [markdown]
+# %% [markdown] id="md-12-14"
 # Every rank sends the same bytes, but with the causal mask the *work* is uneven: rank `r` computes
 # `r + 1` of the `n` blocks (rank 0 only its own). Production implementations (torch's experimental
 # `context_parallel`, Megatron's CP) give each rank two chunks, one from each end of the sequence
@@ -323,7 +323,7 @@ hint("12.2")
 # %%
 print(check_merge(merge))
 
-# %% [markdown]
+# %% [markdown] id="md-12-15"
 # ## 4. Expert parallelism: a mixture of experts over the ranks
 #
 # A **mixture-of-experts** (MoE) layer replaces one feed-forward block by `E` of them, the
@@ -378,7 +378,7 @@ Markdown(f"Each rank routed {sum(EP[0]['tokens_per_expert'])} (token, expert) pa
          f"why MoE training adds a *load-balancing* loss and caps each expert's tokens (the *capacity factor*; "
          f"tokens over it are dropped or rerouted).")
 
-# %% [markdown]
+# %% [markdown] id="md-12-16"
 # ## 5. DTensor placements, drawn from what the ranks hold
 #
 # `parallelize_module` and FSDP2 store every parameter as a **DTensor**: one logical tensor, a
@@ -397,7 +397,7 @@ viz.one_dim_figure(pl.results);
 ONE = [r["placements"]["one_dim"] for r in pl.results]
 print(check_one_dim_placements(ONE))
 
-# %% [markdown]
+# %% [markdown] id="md-12-17"
 # On a 2-D mesh `(dp=2, tp=2)` a placement is given **per mesh dimension**, read left to right:
 # `(Shard(0), Shard(1))` cuts rows over `dp` and columns over `tp`; `(Shard(0), Shard(0))` cuts rows
 # over `dp`, then each half's rows again over `tp`; `(Replicate(), Shard(0))` copies over `dp` and
@@ -429,7 +429,7 @@ Markdown(f"Under `(Shard(0), Shard(0))` mesh coordinate (0, 1) holds rows {neste
          f"when you print the placements of a model trained with FSDP2 and TP together; `full_tensor()` and DCP "
          f"checkpoints put the rows back in order for you.")
 
-# %% [markdown]
+# %% [markdown] id="md-12-18"
 # ## 6. The same, as a plain script
 #
 # Everything above in one file you can copy: torch only, `torchrun --nproc-per-node 2
@@ -440,7 +440,7 @@ Markdown(f"Under `(Shard(0), Shard(0))` mesh coordinate (0, 1) holds rows {neste
 # %%
 show_code("disttutor.plain.tp")
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-12-19" tags=["takeaways"]
 # ## Key takeaways
 #
 # - **Tensor parallelism** splits a layer's matrices: column-parallel then row-parallel, with `f`
@@ -456,7 +456,7 @@ show_code("disttutor.plain.tp")
 # - A **DTensor** is a logical tensor with one placement per mesh dimension (`Shard`, `Replicate`,
 #   `Partial`); `_StridedShard` marks a dimension sharded right to left (FSDP2 over TP).
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-12-20" tags=["question"]
 # ## Check your understanding
 #
 # **1.** In the row-parallel layer, why is the bias added after the all-reduce, and what would the
@@ -470,7 +470,7 @@ show_code("disttutor.plain.tp")
 # every rank, with no division (Exercise 12.1).
 # </details>
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-12-21" tags=["question"]
 # **2.** Sequence parallelism sends the same bytes as tensor parallelism. Where, then, does it save
 # memory, and why does it add an all-reduce after backward?
 #
@@ -482,7 +482,7 @@ show_code("disttutor.plain.tp")
 # gradient from its own tokens only: a partial sum, which one all-reduce completes.
 # </details>
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-12-22" tags=["question"]
 # **3. Predict, then run.** Ring attention on **4** ranks, causal mask: how many `isend` calls does
 # one rank make in one forward pass? Write your number into `my_prediction`, then run the cell after it.
 

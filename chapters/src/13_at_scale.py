@@ -1,4 +1,4 @@
-# %% [markdown]
+# %% [markdown] id="md-13-01"
 # # Chapter 13 — At scale: from your own measurements to a 16,000-GPU job
 #
 # The course so far ran DDP, FSDP and pipelines on a laptop. This chapter asks how long a step takes
@@ -20,7 +20,7 @@ from disttutor.course.shape import answer, card, hint, reveal  # exercise cards,
 
 disttutor.course.chapters.header(13)
 
-# %% [markdown] tags=["opening"]
+# %% [markdown] id="md-13-02" tags=["opening"]
 # **After this chapter you can**
 # * fit latency, bandwidth and compute rate from a few timed collectives and matmuls, and predict a DDP, FSDP or pipeline step from them before running it;
 # * swap in published hardware constants and predict tokens/s/GPU and MFU of a real cluster run — and say which terms the model misses when the prediction is off;
@@ -42,7 +42,7 @@ N = 2  # ranks for every local run: one per core of the course's reference machi
 LAUNCH = dict(stream=False, timeout=240)
 print(f"{CORES} CPU cores; load average now {os.getloadavg()[0]:.1f}")
 
-# %% [markdown]
+# %% [markdown] id="md-13-03"
 # ## 1. Three constants, fitted here
 #
 # A collective's time has two parts. **Latency** (α, *alpha*): the fixed cost of one call — waking the
@@ -90,7 +90,7 @@ print(sorted(links), "each with alpha >= 0 and bandwidth > 0:",
       all(l.alpha >= 0 and l.bandwidth > 0 for l in links.values()))
 assert gamma > 0 and set(links) == set(costmodel.COLLECTIVES)
 
-# %% [markdown]
+# %% [markdown] id="md-13-04"
 # On two CPU processes "the network" is shared memory behind gloo's TCP loopback; α is tens to hundreds
 # of microseconds (gloo and Python), the bus bandwidth around a GB/s. All-gather and reduce-scatter
 # often come out *slower* per byte than all-reduce: gloo's all-reduce is its most tuned path. The model
@@ -126,7 +126,7 @@ pred = {"DDP (ch 4)": local.ddp_step(machine, 16, DDP["hidden"], 4, DDP["batch"]
 print(format_table([{"run": k, **{f"{part} ms": round(v * 1e3, 2) for part, v in p.items() if part != "buckets"}}
                     for k, p in pred.items()]))
 
-# %% [markdown]
+# %% [markdown] id="md-13-05"
 # Now the runs, right after the fit (so both see the same machine):
 
 # %%
@@ -156,7 +156,7 @@ print(format_table(rows))
 print(f"load average {load_before:.1f} before, {load_after:.1f} after, on {CORES} cores: "
       + ("idle: the timings are the machine's own" if idle else "loaded: time-shared cores inflate the measurements"))
 
-# %% [markdown]
+# %% [markdown] id="md-13-06"
 # **Reading it.** A ratio below 1 means the run took longer than α, β and γ account for; the last column
 # names the term the model lacks. The model counts FLOPs and bytes on the wire. What it leaves out is
 # the work that is neither: the optimizer's element-wise update (AdamW touches every parameter several
@@ -175,7 +175,7 @@ print(f"the model gave {lo:.2f}-{hi:.2f} of the measured step times; "
       + (f"outside 25 %: {', '.join(misses)} (the missing terms are in the table)" if misses
          else "every run within 25 %"))
 
-# %% [markdown]
+# %% [markdown] id="md-13-07"
 # ### Predict, then run
 #
 # Your turn. From the fitted all-reduce line above (α and bus bandwidth), how many **milliseconds** will
@@ -197,7 +197,7 @@ if my_prediction_ms is None:
 else:
     print(f"you: {my_prediction_ms:.1f} ms, {my_prediction_ms / (check['time_s'] * 1e3):.2f} x the measurement")
 
-# %% [markdown]
+# %% [markdown] id="md-13-08"
 # ## 3. Swap the hardware
 #
 # The same formulas with published constants. Each row says where its number comes from:
@@ -206,7 +206,7 @@ else:
 print(format_table([{"constant": k, "value": v, "tag": t, "source": s[:110]} for k, v, t, s in hardware.H100.table()]))
 print("note:", hardware.H100.notes[0])
 
-# %% [markdown]
+# %% [markdown] id="md-13-09"
 # Two figures often quoted were **not** confirmed against a source while writing this chapter, so they
 # are not used: an 8×H200 NVLink all-reduce bus bandwidth of ≈ 480 GB/s at 16 GiB (a benchmark table
 # in a community guide) and ≈ 46–48 GB/s measured per 400 Gb/s NIC. The preset uses the line rate
@@ -226,7 +226,7 @@ print(f"{N} ranks of this machine (measured constants): {here * 1e3:.0f} ms -- {
 print(f"peak compute: H100 {hardware.H100.peak_flops.value / 1e12:.1f} TFLOP/s (reported) vs gamma here "
       f"{gamma / 1e9:.1f} GFLOP/s (measured): {hardware.H100.peak_flops.value / gamma:,.0f} x")
 
-# %% [markdown]
+# %% [markdown] id="md-13-10"
 # ## 4. Checked against published runs
 #
 # Five published runs, each predicted by `planner.predict` from the H100 preset and the model's shape
@@ -289,7 +289,7 @@ print(f"torchtitan 8 -> 128 GPUs: published {PUBLISHED[4][-1] / PUBLISHED[3][-1]
 # The published table is self-consistent: every row's parallel degrees multiply to its GPU count.
 print([(row[0], row[2].n) for row in PUBLISHED])
 
-# %% [markdown]
+# %% [markdown] id="md-13-11"
 # **Where the model is off, and why.** With matmuls at peak the model is far too optimistic on every
 # row: real kernels reach a fraction of peak (shapes, memory traffic, attention), and some communication
 # it treats as hidden is not. One factor (printed above) absorbs most of that. What it cannot absorb:
@@ -302,7 +302,7 @@ print([(row[0], row[2].n) for row in PUBLISHED])
 #   per token, no causal discount); Meta does not say, and at 131K attention is more than half the FLOPs;
 # * the 8K Llama rows move with the assumed `v` (the bubble is (p − 1)/(v·m)).
 
-# %% [markdown]
+# %% [markdown] id="md-13-12"
 # ## 5. The planner
 #
 # A step is **compute-bound** when its time is set by the arithmetic, **communication-bound** when it is
@@ -324,7 +324,7 @@ print(f"rules (derived): FSDP hides its traffic above {r70['fsdp_min_tokens_per_
 fig = viz.plot_step_split(best, "Llama 3 70B on 512 x H100 (derived)")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-13-13"
 # Why this order: pure FSDP (DP 512) would give each replica 8,192 tokens — below the C/W rule — so its
 # traffic would show, and without tensor parallelism its activations need checkpointing (4/3 of the
 # compute) to fit. A few-way TP shrinks activations and multiplies the tokens per replica, and stays under
@@ -337,7 +337,7 @@ plt.show()
 # %%
 viz.planner_widget(efficiency=CAL)
 
-# %% [markdown]
+# %% [markdown] id="md-13-14"
 # ## 6. Failures at scale
 #
 # A synchronous job stops when any one of its GPUs does. Llama 3's paper (§3.3.4, Table 5) reports
@@ -352,7 +352,7 @@ print(f"job MTBF: {job_mtbf / failures.HOUR:.2f} h; per GPU: {gpu_mtbf / failure
 print(format_table([{"GPUs": n, "job MTBF (h, derived)": round(failures.mtbf_for(n, gpu_mtbf) / failures.HOUR, 2)}
                     for n in (8, 1024, 16384, 131072)]))
 
-# %% [markdown]
+# %% [markdown] id="md-13-15"
 # Checkpointing every τ seconds at a cost of C seconds loses C/τ to saving and, per failure, half an
 # interval of work (plus the restart R). The loss is smallest at Young's **checkpoint interval**
 # τ = √(2·C·M) (Young 1974; Daly 2006 refines it when C is not small next to M), leaving an **effective
@@ -376,7 +376,7 @@ fig = viz.plot_checkpoint_interval(C, job_mtbf, label=f"16,384 GPUs: C = {C:.1f}
                                                        f"M = {job_mtbf / failures.HOUR:.1f} h")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] id="md-13-16"
 # The assumption "every GPU writes at a laptop's disk speed, in parallel" is generous: a shared file
 # system caps the sum, and the restart (rescheduling, reloading, warming up) costs minutes, which the
 # formula's R adds per failure. Meta reports (*reported*, §3.3.4) more than 90 % effective training time
@@ -402,7 +402,7 @@ for name, value in MY.items():
 # %%
 # problems.answer("bubble")      # <- uncomment to read a worked answer
 
-# %% [markdown] tags=["takeaways"]
+# %% [markdown] id="md-13-17" tags=["takeaways"]
 # ## Key takeaways
 #
 # * Three constants per machine — α per call, bandwidth per byte (per collective), γ per FLOP — predict a
@@ -415,7 +415,7 @@ for name, value in MY.items():
 #   compute-bound up to about F·W/C-way, which is why it lives inside an NVLink node.
 # * At 16,384 GPUs a failure every few hours makes checkpoint cost a throughput term: τ = √(2CM).
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-13-18" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
@@ -440,13 +440,13 @@ reveal("13.q1", my_prediction, measured, rel_tol=0.3,  # 30 %: a timed run on sh
        f"{os.getloadavg()[0]:.1f} on {disttutor.cores()} cores): x{measured:.2f}. With t = α + S/B, a ratio near 4 means "
        "the bytes dominate (bandwidth-bound), near 1 the fixed cost α does.")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-13-19" tags=["question"]
 # **Question 13.2.** α = 20 µs and a bus bandwidth of 100 GB/s, 8 ranks: at what message size does an all-reduce spend as long on latency as on moving bytes? What does that say about DDP's 25 MB buckets?
 
 # %%
 answer("13.q2")
 
-# %% [markdown] tags=["question"]
+# %% [markdown] id="md-13-20" tags=["question"]
 # **Question 13.3.** A checkpoint costs C = 60 s and the job fails every M = 3 hours on average. Which checkpoint interval does Young/Daly give, and what fraction of the time is lost to saving and rework?
 
 # %%

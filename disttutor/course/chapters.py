@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 __all__ = ["Chapter", "CHAPTERS", "chapter", "header", "header_markdown", "glossary", "glossary_markdown",
-           "terms", "BUILD_TIMES"]
+           "terms", "BUILD_TIMES", "HEADER_CALL", "GLOSSARY_CALL"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_TIMES = os.path.join(ROOT, "chapters", "build_times.json")
@@ -82,23 +82,49 @@ def _build_times() -> dict:
         return {}
 
 
-def header_markdown(number: int, build: dict | None = None) -> str:
+HEADER_CALL = "disttutor.course.chapters.header({})"      # the header cell's call (the zh build finds it)
+GLOSSARY_CALL = "disttutor.course.chapters.glossary({})"  # the last cell's call
+
+_HEADER = {
+    "en": {"title": "**Chapter {n} — {title}**", "needs": "needs", "runs": "runs", "article": "article",
+           "cost": "about {s:.0f} s top to bottom, measured when this notebook was last built "
+                   "(on {cores} CPU cores, {gpus} GPUs, torch {torch})",
+           "unmeasured": "not measured yet (this notebook has not been built by `python3 course.py execute`)",
+           "fails": "| if something fails | run `disttutor doctor` (or `python3 course.py doctor`); "
+                    "chapter 9 lists common errors and their fixes |"},
+    "zh": {"title": "**第 {n} 章 — {title}**", "needs": "需要", "runs": "运行", "article": "对应原文",
+           "cost": "从头到尾约 {s:.0f} 秒，为上次构建本 notebook 时实测（{cores} 个 CPU 核、{gpus} 块 GPU、torch {torch}）",
+           "unmeasured": "尚未测量（本 notebook 还没有用 `python3 course.py execute` 构建过）",
+           "fails": "| 出了问题 | 运行 `disttutor doctor`（或 `python3 course.py doctor`）；"
+                    "第 9 章列出了常见错误及其解决办法 |"},
+}
+
+
+def _card_text(number: int, key: str, english: str, lang: str) -> str:
+    if lang == "en":
+        return english
+    from disttutor.course.translation import text
+
+    return text(number, key) or english  # no fresh translation: the English, never an outdated Chinese
+
+
+def header_markdown(number: int, build: dict | None = None, lang: str | None = None) -> str:
     """The chapter's opening card as Markdown (``build``: one entry of build_times.json)."""
+    from disttutor.course.lang import checked
+
+    lang = checked(lang)
+    t = _HEADER[lang]
     c = chapter(number)
     build = build if build is not None else _build_times().get(c.stem)
-    if build:
-        cost = (f"about {build['seconds']:.0f} s top to bottom, measured when this notebook was last built "
-                f"(on {build['cores']} CPU cores, {build['gpus']} GPUs, torch {build['torch']})")
-    else:
-        cost = "not measured yet (this notebook has not been built by `python3 course.py execute`)"
-    lines = [f"**Chapter {c.number} — {c.title}**", "",
+    cost = (t["cost"].format(s=build["seconds"], cores=build["cores"], gpus=build["gpus"], torch=build["torch"])
+            if build else t["unmeasured"])
+    lines = [t["title"].format(n=c.number, title=_card_text(number, "chapter:title", c.title, lang)), "",
              "| | |", "|---|---|",
-             f"| needs | {c.needs} |",
-             f"| runs | {cost} |"]
+             f"| {t['needs']} | {_card_text(number, 'chapter:needs', c.needs, lang)} |",
+             f"| {t['runs']} | {cost} |"]
     if c.zh:
-        lines.append(f"| article | {c.sections}: " + " / ".join(f"「{h}」" for h in c.zh) + " |")
-    lines.append("| if something fails | run `disttutor doctor` (or `python3 course.py doctor`); "
-                 "chapter 9 lists common errors and their fixes |")
+        lines.append(f"| {t['article']} | {c.sections}: " + " / ".join(f"「{h}」" for h in c.zh) + " |")
+    lines.append(t["fails"])
     return "\n".join(lines)
 
 
@@ -128,11 +154,18 @@ def terms(number: int) -> list[dict]:
     return [e for e in _glossary() if e["chapter"] == number]
 
 
-def glossary_markdown(number: int) -> str:
+def glossary_markdown(number: int, lang: str | None = None) -> str:
+    from disttutor.course.lang import checked
+
     rows = terms(number)
-    if not rows:
+    if checked(lang) == "zh":
+        if not rows:
+            return f"*第 {number} 章没有引入新的术语。*"
+        out = [f"**术语表 — 第 {number} 章**（中文 ↔ English）", "", "| 中文 | English | 说明 |", "|---|---|---|"]
+    elif not rows:
         return f"*Chapter {number} introduces no new glossary terms.*"
-    out = [f"**Glossary — chapter {number}** (中文 ↔ English)", "", "| 中文 | English | note |", "|---|---|---|"]
+    else:
+        out = [f"**Glossary — chapter {number}** (中文 ↔ English)", "", "| 中文 | English | note |", "|---|---|---|"]
     out += [f"| {e['zh']} | {e['en']} | {e.get('note', '')} |" for e in rows]
     return "\n".join(out)
 

@@ -1,0 +1,76 @@
+"""The glossary's rules on the Chinese edition: every term one way, field terms in English glossed once.
+
+``disttutor/course/glossary.yaml`` is the one place for the course's terms. In the Chinese edition:
+
+* a term is written as its ``zh``; none of its ``avoid`` renderings appears anywhere;
+* a term with ``keep:`` (DDP, all-reduce, rank...) is written as that English word, as Chinese
+  engineers write it, and at its first use in each chapter its Chinese stands right beside it
+  ("all-reduce（全归约）", or "全归约（all-reduce）");
+* the glossary itself gives each English term one Chinese and each Chinese term one English.
+
+Code (fenced blocks, inline code) and link targets are not prose and are not checked.
+Kernel side; imports no torch.
+"""
+from __future__ import annotations
+
+import re
+
+NEAR = 30  # characters either side of a kept word's first use within which its Chinese must stand
+
+__all__ = ["prose", "glossary_problems", "text_problems"]
+
+
+def prose(markdown: str) -> str:
+    """The words of a Markdown text: code blocks, inline code, HTML tags and link targets removed."""
+    text = re.sub(r"```.*?```", " ", markdown, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", " ", text)
+    text = re.sub(r"\]\([^)]*\)", "] ", text)
+    return re.sub(r"<[^>\n]+>", " ", text)
+
+
+def _word(token: str) -> re.Pattern:
+    # an English word inside Chinese text: no ASCII letter, digit, "_" or "-" glued to either side
+    return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(token)}(?![A-Za-z0-9_-])", re.I)
+
+
+def _key(en: str) -> str:
+    return re.sub(r"\s*\(.*?\)", "", en).strip().lower()
+
+
+def glossary_problems(entries) -> list[str]:
+    """Terms the glossary itself translates two ways."""
+    out = []
+    by_en: dict[str, set] = {}
+    by_zh: dict[str, set] = {}
+    for e in entries:
+        by_en.setdefault(_key(e["en"]), set()).add(e["zh"])
+        by_zh.setdefault(e["zh"], set()).add(_key(e["en"]))
+        for a in e.get("avoid", []):
+            if any(a == f["zh"] for f in entries):
+                out.append(f"{e['zh']}: avoids {a}, which is another term's Chinese")
+    out += [f"'{en}' has two Chinese terms: {', '.join(sorted(zh))}" for en, zh in by_en.items() if len(zh) > 1]
+    out += [f"{zh} stands for two English terms: {', '.join(sorted(en))}" for zh, en in by_zh.items() if len(en) > 1]
+    return out
+
+
+def text_problems(units: dict[str, str], entries) -> list[str]:
+    """``units``: one chapter's Chinese, ``{key: text}`` in reading order. What breaks the rules, with where."""
+    out = []
+    texts = {k: prose(v) for k, v in units.items()}
+    for e in entries:
+        for a in e.get("avoid", []):
+            out += [f"{k}: writes {a!r}; the glossary's term is {e['zh']!r}" for k, t in texts.items() if a in t]
+        keep = e.get("keep")
+        if not keep:
+            continue
+        word = _word(keep)
+        first = next(((k, m) for k, t in texts.items() for m in [word.search(t)] if m), None)
+        if first is None:
+            continue
+        k, m = first
+        t = texts[k]
+        near = t[max(0, m.start() - NEAR):m.end() + NEAR]
+        if e["zh"] not in near:
+            out.append(f"{k}: first use of {keep!r} in the chapter without its Chinese beside it "
+                       f"(write {keep}（{e['zh']}）): …{t[max(0, m.start() - 20):m.end() + 20]!s}…")
+    return out
