@@ -2,10 +2,11 @@
 """Set up and use the disttutor course with nothing but Python 3.10+.
 
     python3 course.py lab [--cpu|--gpu]   # create .venv, install, open the course in JupyterLab
+    python3 course.py lab --lang zh       # the same, opening the Chinese edition (中文版, chapters/zh/)
     python3 course.py doctor              # = disttutor doctor (checks the machine)
     python3 course.py run hello -n 4      # = disttutor run ... (any course program or script)
     python3 course.py update              # pull a course update; your notebooks are kept
-    python3 course.py reset 02            # your chapter 2 back to the course's (a backup is kept)
+    python3 course.py reset 02            # your chapter 2 back to the course's (a backup is kept; --lang zh: 中文版)
     python3 course.py grade class/        # = disttutor grade ... (teachers: check a class's notebooks)
     python3 course.py export ../class-copy # = disttutor export ... (teachers: the course without solutions/)
     python3 course.py test [PYTEST ARGS]  # run every test (unit + all notebooks); arguments go to pytest
@@ -222,6 +223,22 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _lang(extra: list[str]) -> tuple[str, list[str]]:
+    """``--lang zh`` (or ``--lang=zh``): the edition a command works on; English by default."""
+    rest, lang, it = [], "en", iter(extra)
+    for a in it:
+        if a == "--lang":
+            lang = next(it, "")
+        elif a.startswith("--lang="):
+            lang = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    if lang not in workspace.LANGS:
+        sys.exit(f"course.py: --lang {lang!r}: the course's editions are {', '.join(workspace.LANGS)} "
+                 "(zh: the Chinese edition, chapters/zh/)")
+    return lang, rest
+
+
 def _flags(extra: list[str]) -> tuple[str | None, list[str]]:
     force = "cpu" if "--cpu" in extra else "gpu" if "--gpu" in extra else None
     if "--cpu" in extra and "--gpu" in extra:
@@ -261,9 +278,12 @@ def run_forwarding(cmd: list[str], **kw) -> int:
 
 
 def lab(extra: list[str]) -> int:
+    lang, extra = _lang(extra)
     force, extra = _flags(extra)
     ensure_env(force)
     first = workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env())
+    if lang != "en":  # the Chinese edition's copies too (workspace/zh/), and its chapter 0 in front
+        first = workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env(), lang=lang)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
         extra = [*extra, "--allow-root"]  # containers and classroom VMs often run as root; Jupyter refuses otherwise
     # Rooted at the repository, so chapters/, solutions/, disttutor/programs/ and benchmarks/ are all
@@ -284,17 +304,22 @@ def update(extra: list[str]) -> int:
     if workspace.pull(ROOT) != 0:
         return 1
     workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env(), verbose=True)
+    for lang in workspace.LANGS[1:]:  # an edition the learner opened follows the course too
+        if os.path.isdir(os.path.join(ROOT, workspace.DIR, lang)):
+            workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env(), verbose=True, lang=lang)
     return 0
 
 
 def reset(extra: list[str]) -> int:
+    lang, extra = _lang(extra)
     if len(extra) != 1:
-        print("usage: python3 course.py reset NN   (e.g. reset 02)")
+        print("usage: python3 course.py reset NN [--lang zh]   (e.g. reset 02)")
         return 2
     ensure_env()
     # the other chapters first (a fresh clone gets its workspace); not a word about the one being reset
-    workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env(), skip=workspace.chapter_name(ROOT, extra[0]))
-    return workspace.reset(ROOT, extra[0], trust=[PY, "-m", "jupyter", "trust"], env=_env())
+    workspace.sync(ROOT, trust=[PY, "-m", "jupyter", "trust"], env=_env(),
+                   skip=workspace.chapter_name(ROOT, extra[0], lang), lang=lang)
+    return workspace.reset(ROOT, extra[0], trust=[PY, "-m", "jupyter", "trust"], env=_env(), lang=lang)
 
 
 # Two pytest-xdist workers: much of the suite waits (collective timeouts that a test provokes,

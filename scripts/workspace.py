@@ -26,6 +26,15 @@ import time
 
 DIR = "workspace"
 RECORD = ".course.json"
+LANGS = ("en", "zh")  # the Chinese edition: chapters/zh/ -> workspace/zh/ (one level down in both)
+
+
+def _dirs(root: str, lang: str) -> tuple[str, str, str]:
+    """(the course's chapters, the learner's copies, the record's key prefix) of an edition."""
+    if lang not in LANGS:
+        raise ValueError(f"no {lang!r} edition of the course; the editions are {', '.join(LANGS)}")
+    sub = "" if lang == "en" else lang
+    return os.path.join(root, "chapters", sub), os.path.join(root, DIR, sub), (f"{sub}/" if sub else "")
 
 
 def _norm(x):
@@ -94,83 +103,91 @@ def backup(root: str, path: str) -> str:
     return os.path.relpath(dst, root)
 
 
-def sync(root: str, trust: list[str] | None = None, env=None, verbose: bool = False, skip: str | None = None) -> str:
-    """Bring workspace/ up to date with chapters/; returns the first chapter's file name.
+def sync(root: str, trust: list[str] | None = None, env=None, verbose: bool = False, skip: str | None = None,
+         lang: str = "en") -> str:
+    """Bring workspace/ up to date with chapters/ (``lang="zh"``: workspace/zh/ with chapters/zh/);
+    returns the first chapter's path relative to workspace/.
 
     ``skip``: a chapter's file name left alone (``reset`` is about to deal with it)."""
-    os.makedirs(os.path.join(root, DIR), exist_ok=True)
+    src_dir, dst_dir, key = _dirs(root, lang)
+    shown = os.path.relpath(dst_dir, root)
+    os.makedirs(dst_dir, exist_ok=True)
     rec, fresh, said = _record(root), [], []
-    chapters = sorted(glob.glob(os.path.join(root, "chapters", "[0-9][0-9]_*.ipynb")))
+    chapters = sorted(glob.glob(os.path.join(src_dir, "[0-9][0-9]_*.ipynb")))
     for src in chapters:
         name = os.path.basename(src)
-        dst = os.path.join(root, DIR, name)
+        dst = os.path.join(dst_dir, name)
         if name == skip:
             continue
         course = fingerprint(src)
         if not os.path.exists(dst):
             _copy(src, dst)
-            said.append(f"new: {DIR}/{name}" if name not in rec else f"restored: {DIR}/{name}")
+            said.append(f"new: {shown}/{name}" if key + name not in rec else f"restored: {shown}/{name}")
             fresh.append(dst)
-        elif rec.get(name) != course:
+        elif rec.get(key + name) != course:
             mine = fingerprint(dst)
             if mine == course:
                 pass  # already the course's version
-            elif mine == rec.get(name):  # untouched by the learner: follows the course
+            elif mine == rec.get(key + name):  # untouched by the learner: follows the course
                 _copy(src, dst)
                 fresh.append(dst)
-                said.append(f"updated: {DIR}/{name}")
+                said.append(f"updated: {shown}/{name}")
             else:
-                said.append(f"kept your {DIR}/{name} (you changed it); the course's new version is "
-                            f"chapters/{name}: `python3 course.py reset {name[:2]}` takes it (your copy is backed up)")
+                said.append(f"kept your {shown}/{name} (you changed it); the course's new version is "
+                            f"{os.path.relpath(src, root)}: `python3 course.py reset {name[:2]}"
+                            f"{'' if lang == 'en' else ' --lang ' + lang}` takes it (your copy is backed up)")
                 continue  # the record keeps the old version, so the note comes again until resolved
-        rec[name] = course
+        rec[key + name] = course
     _save_record(root, rec)
     _trust(trust, fresh, env)
     considered = [c for c in chapters if os.path.basename(c) != skip]
     if said and (verbose or len(said) < len(considered)):
         print("\n".join(said))
     elif said:
-        print(f"your working copies of the {len(chapters)} chapters are in {DIR}/ (the course's stay in chapters/)")
-    return os.path.basename(chapters[0]) if chapters else ""
+        print(f"your working copies of the {len(chapters)} chapters are in {shown}/ "
+              f"(the course's stay in {os.path.relpath(src_dir, root)}/)")
+    return key + os.path.basename(chapters[0]) if chapters else ""
 
 
-def _matches(root: str, which: str) -> list[str]:
-    chapters = sorted(glob.glob(os.path.join(root, "chapters", "[0-9][0-9]_*.ipynb")))
+def _matches(root: str, which: str, lang: str = "en") -> list[str]:
+    chapters = sorted(glob.glob(os.path.join(_dirs(root, lang)[0], "[0-9][0-9]_*.ipynb")))
     key = which.zfill(2) if which.isdigit() else which
     return [c for c in chapters if os.path.basename(c).startswith(key)]
 
 
-def chapter_name(root: str, which: str) -> str | None:
+def chapter_name(root: str, which: str, lang: str = "en") -> str | None:
     """The file name ``reset NN`` means (None if ``which`` names no single chapter)."""
-    match = _matches(root, which)
+    match = _matches(root, which, lang)
     return os.path.basename(match[0]) if len(match) == 1 else None
 
 
-def reset(root: str, which: str, trust: list[str] | None = None, env=None) -> int:
-    match = _matches(root, which)
+def reset(root: str, which: str, trust: list[str] | None = None, env=None, lang: str = "en") -> int:
+    match = _matches(root, which, lang)
+    src_dir, dst_dir, key = _dirs(root, lang)
     if len(match) != 1:
-        chapters = sorted(glob.glob(os.path.join(root, "chapters", "[0-9][0-9]_*.ipynb")))
+        chapters = sorted(glob.glob(os.path.join(src_dir, "[0-9][0-9]_*.ipynb")))
         have = ", ".join(os.path.basename(c)[:2] for c in chapters)
         print(f"course.py reset: no single chapter {which!r} (chapters: {have})")
         return 2
     src = match[0]
     name = os.path.basename(src)
-    dst = os.path.join(root, DIR, name)
+    dst = os.path.join(dst_dir, name)
+    shown = os.path.relpath(dst, root)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     rec = _record(root)
     mine = fingerprint(dst) if os.path.exists(dst) else None
     # A copy that is the course's version (now or when it was made) holds nothing of the learner's:
     # no backup of it, and no second identical backup of a copy already saved.
-    untouched = mine is not None and mine in (fingerprint(src), rec.get(name))
+    untouched = mine is not None and mine in (fingerprint(src), rec.get(key + name))
     kept = backup(root, dst) if mine is not None and not untouched else None
     _copy(src, dst)
-    rec[name] = fingerprint(src)
+    rec[key + name] = fingerprint(src)
     _save_record(root, rec)
     _trust(trust, [dst], env)
     if untouched:
-        print(f"{DIR}/{name} is the course's version again (you had not changed it: no backup needed)")
+        print(f"{shown} is the course's version again (you had not changed it: no backup needed)")
     else:
-        print(f"{DIR}/{name} is the course's version again" + (f"; your copy is in {kept}" if kept else ""))
+        print(f"{shown} is the course's version again" + (f"; your copy is in {kept}" if kept else ""))
     return 0
 
 

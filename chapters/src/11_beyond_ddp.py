@@ -33,7 +33,6 @@ import matplotlib.pyplot as plt
 import torch
 
 import disttutor
-from disttutor.checks import hint
 from disttutor.checks.claims.ch11 import (check_fedavg, check_flat_vs_per_param, check_fsdp_bytes,
                                           check_fsdp_checkpoint, check_fsdp_collectives, check_fsdp_memory,
                                           check_mesh_2d, check_mixed_precision, check_strategies_agree,
