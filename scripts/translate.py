@@ -24,7 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from disttutor.course import translation as tr  # noqa: E402  (the repository on the path first)
+from disttutor.course import translation as tr, zh_units as zu  # noqa: E402  (the repository on the path first)
 
 ZH = os.path.join(ROOT, "chapters", "zh")
 # The course's cards are code cells whose whole source is one call; their output is re-rendered in Chinese.
@@ -41,11 +41,11 @@ def _build_module():
 
 
 def english_path(number: int) -> str:
-    return os.path.join(ROOT, "chapters", tr.stem(number) + ".ipynb")
+    return os.path.join(ROOT, "chapters", zu.stem(number) + ".ipynb")
 
 
 def zh_path(number: int) -> str:
-    return os.path.join(ZH, tr.stem(number) + ".ipynb")
+    return os.path.join(ZH, zu.stem(number) + ".ipynb")
 
 
 def _markdown_output(md: str) -> dict:
@@ -55,13 +55,15 @@ def _markdown_output(md: str) -> dict:
 def zh_outputs(cell: dict, number: int) -> list | None:
     """The Chinese outputs of a course card cell, or None for any other cell (its outputs are kept)."""
     from disttutor.course import shape
-    from disttutor.course.chapters import HEADER_CALL, header_markdown
+    from disttutor.course.chapters import GLOSSARY_CALL, HEADER_CALL, glossary_markdown, header_markdown
 
     src = "".join(cell["source"]).strip()
     outs = cell.get("outputs", [])
     if HEADER_CALL.format(number) in src:
-        build = json.load(open(os.path.join(ROOT, "chapters", "build_times.json"))).get(tr.stem(number))
+        build = json.load(open(os.path.join(ROOT, "chapters", "build_times.json"))).get(zu.stem(number))
         md = header_markdown(number, build, lang="zh")
+    elif src.endswith(GLOSSARY_CALL.format(number)):
+        md = glossary_markdown(number, lang="zh")
     elif _CALL.match(src):
         m = _CALL.match(src)
         if m["fn"] == "hint":  # the build ran the cell once: the first hint
@@ -92,14 +94,14 @@ def build_zh(number: int, entries: list[tr.Entry] | None = None) -> dict:
     """The zh notebook of a chapter (a dict), or SystemExit naming what is missing, stale or out of date."""
     import nbformat
 
-    st = tr.status(number, entries=entries)
+    st = zu.status(number, entries=entries)
     if not st.ok:
         raise SystemExit(st.problems() + f" (python scripts/translate.py stale {number} / stub {number})")
     nb = nbformat.read(english_path(number), as_version=4)
-    want = _build_module().parse(open(os.path.join(tr.SRC, tr.stem(number) + ".py"), encoding="utf-8").read())
+    want = _build_module().parse(open(os.path.join(zu.SRC, zu.stem(number) + ".py"), encoding="utf-8").read())
     if [(c.cell_type, c.source) for c in nb.cells] != [(c["type"], c["source"]) for c in want]:
-        raise SystemExit(f"chapters/{tr.stem(number)}.ipynb is stale: rebuild it (course.py execute) first")
-    entries = {e.key: e for e in (tr.read(number) if entries is None else entries)}
+        raise SystemExit(f"chapters/{zu.stem(number)}.ipynb is stale: rebuild it (course.py execute) first")
+    entries = {e.key: e for e in (zu.entries(number) if entries is None else entries)}
     cells = []
     for cell in nb.cells:
         cell = copy.deepcopy(cell)
@@ -115,7 +117,7 @@ def build_zh(number: int, entries: list[tr.Entry] | None = None) -> dict:
             cells.append(nbformat.v4.new_markdown_cell(note.text, id=f"zh-note-{cell.id}",
                                                        metadata={"tags": ["zh-note"]}))
     nb.cells = cells
-    nb.metadata["disttutor"] = {"lang": "zh", "from": f"chapters/{tr.stem(number)}.ipynb"}
+    nb.metadata["disttutor"] = {"lang": "zh", "from": f"chapters/{zu.stem(number)}.ipynb"}
     return nb
 
 
@@ -125,12 +127,12 @@ def cmd_build(numbers: list[int]) -> int:
     os.makedirs(ZH, exist_ok=True)
     for n in numbers:
         nbformat.write(build_zh(n), zh_path(n))
-        print(f"chapters/zh/{tr.stem(n)}.ipynb")
+        print(f"chapters/zh/{zu.stem(n)}.ipynb")
     return 0
 
 
 def cmd_status(numbers: list[int]) -> int:
-    rows = [tr.status(n) for n in numbers]
+    rows = [zu.status(n) for n in numbers]
     print("| chapter | units | translated | missing | stale | orphan | notes |")
     print("|---|---|---|---|---|---|---|")
     for s in rows:
@@ -143,9 +145,9 @@ def cmd_status(numbers: list[int]) -> int:
 
 def chinese_units(number: int) -> dict[str, str]:
     """A chapter's Chinese in reading order (translated entries only)."""
-    have = {e.key: e for e in tr.read(number)}
+    have = {e.key: e for e in zu.entries(number)}
     out = {}
-    for key in tr.units(number):
+    for key in zu.units(number):
         e = have.get(key)
         if e is not None and not e.todo:
             out[key] = e.text
@@ -170,8 +172,8 @@ def cmd_check(numbers: list[int]) -> int:
 
 def cmd_stub(numbers: list[int]) -> int:
     for n in numbers:
-        english = tr.units(n)
-        have = {e.key: e for e in tr.read(n)}
+        english = zu.units(n)
+        have = {e.key: e for e in zu.entries(n)}
         out = []
         for key, en in english.items():  # in reading order; a unit's translation and its notes stay together
             out.append(have.pop(key, None) or tr.Entry(key, tr.sha(en), en, todo=True))
@@ -179,23 +181,23 @@ def cmd_stub(numbers: list[int]) -> int:
             if note:
                 out.append(note)
         out += list(have.values())  # orphans kept (status names them) so no translation is lost silently
-        tr.write(n, out)
-        s = tr.status(n)
-        print(f"{os.path.relpath(tr.path(n), ROOT)}: {s.units} units, {len(s.missing)} to translate")
+        tr.write(zu.path(n), out)
+        s = zu.status(n)
+        print(f"{os.path.relpath(zu.path(n), ROOT)}: {s.units} units, {len(s.missing)} to translate")
     return 0
 
 
 def cmd_stale(number: int) -> int:
-    english = tr.units(number)
-    for e in tr.read(number):
+    english = zu.units(number)
+    for e in zu.entries(number):
         if e.sha is not None and not e.todo and e.key in english and e.sha != tr.sha(english[e.key]):
             print(f"=== {e.key}: the English now ===\n{english[e.key]}\n=== the Chinese (made from older English) ===\n{e.text}\n")
     return 0
 
 
 def cmd_sign(number: int, keys: list[str]) -> int:
-    english = tr.units(number)
-    entries = tr.read(number)
+    english = zu.units(number)
+    entries = zu.entries(number)
     unknown = [k for k in keys if k not in english]
     if unknown:
         print(f"no unit {', '.join(unknown)} in chapter {number}")
@@ -203,7 +205,7 @@ def cmd_sign(number: int, keys: list[str]) -> int:
     for e in entries:
         if e.key in keys:
             e.sha, e.todo = tr.sha(english[e.key]), False
-    tr.write(number, entries)
+    tr.write(zu.path(number), entries)
     return 0
 
 
@@ -212,8 +214,8 @@ def cmd_ids() -> int:
     get the same ids (nothing else in it changes: no rerun)."""
     import nbformat
 
-    for n in tr.numbers():
-        src = os.path.join(tr.SRC, tr.stem(n) + ".py")
+    for n in zu.numbers():
+        src = os.path.join(zu.SRC, zu.stem(n) + ".py")
         lines = open(src, encoding="utf-8").read().split("\n")
         used = {int(m[1]) for m in re.finditer(rf'id="md-{n:02d}-(\d+)"', "\n".join(lines))}
         k = 0
@@ -224,7 +226,7 @@ def cmd_ids() -> int:
                     k += 1
                 lines[i] = line.replace("# %% [markdown]", f'# %% [markdown] id="md-{n:02d}-{k:02d}"', 1)
         open(src, "w", encoding="utf-8").write("\n".join(lines))
-        ids = [cid for cid, _ in tr._markdown_cells(n)]
+        ids = [cid for cid, _ in zu._markdown_cells(n)]
         nbp = english_path(n)
         nb = nbformat.read(nbp, as_version=4)
         md = [c for c in nb.cells if c.cell_type == "markdown"]
@@ -248,7 +250,7 @@ def main(argv: list[str]) -> int:
         return cmd_stale(int(rest[0]))
     if cmd == "sign":
         return cmd_sign(int(rest[0]), rest[1:])
-    nums = nums or tr.numbers()
+    nums = nums or zu.numbers()
     return {"status": cmd_status, "stub": cmd_stub, "build": cmd_build, "check": cmd_check}[cmd](nums)
 
 

@@ -373,3 +373,32 @@ def test_lab_opens_at_the_root_terminal_has_disttutor_and_sigterm_stops_the_serv
     assert rc == 0 or rc == -signal.SIGTERM or rc == 143, rc
     assert not psutil.pid_exists(info["pid"]) or psutil.Process(info["pid"]).status() == psutil.STATUS_ZOMBIE, \
         "jupyter-lab outlived course.py"
+
+
+def test_the_chinese_edition_has_its_own_workspace_and_lab_opens_it(tmp_path, monkeypatch):
+    """`course.py lab --lang zh` copies chapters/zh/ into workspace/zh/ and opens its chapter 0; the
+    learner's edits there survive a course update exactly as in workspace/ (scripts/workspace.py)."""
+    root = tmp_path / "course"
+    (root / "chapters" / "zh").mkdir(parents=True)
+    (root / "chapters" / "00_setup.ipynb").write_text(notebook("print('setup')"))
+    (root / "chapters" / "zh" / "00_setup.ipynb").write_text(notebook("print('setup')", "# 中文版"))
+    mod = load_course()
+    ran = []
+    monkeypatch.setattr(mod, "ROOT", str(root))
+    monkeypatch.setattr(mod, "ensure_env", lambda force=None: None)
+    monkeypatch.setattr(mod, "run_forwarding", lambda cmd, **kw: ran.append(cmd) or 0)
+    monkeypatch.setattr(mod.workspace, "_trust", lambda *a, **k: None)  # no `jupyter trust` run in a unit test
+    assert mod.lab(["--lang", "zh", "--no-browser"]) == 0
+    assert "--LabApp.default_url=/lab/tree/workspace/zh/00_setup.ipynb" in ran[-1] and "--no-browser" in ran[-1]
+    assert (root / "workspace" / "00_setup.ipynb").exists()  # the English copies are made as before
+    mine = notebook("print('setup')", "# 中文版", "# 我的笔记")
+    (root / "workspace" / "zh" / "00_setup.ipynb").write_text(mine)
+    (root / "chapters" / "zh" / "00_setup.ipynb").write_text(notebook("print('setup v2')", "# 中文版"))
+    mod.workspace.sync(str(root), lang="zh")
+    assert (root / "workspace" / "zh" / "00_setup.ipynb").read_text() == mine  # never overwritten
+    assert mod.reset(["00", "--lang=zh"]) == 0
+    assert "setup v2" in (root / "workspace" / "zh" / "00_setup.ipynb").read_text()
+    backups = list((root / "workspace" / "backups").glob("workspace__zh__00_setup.*.ipynb"))
+    assert len(backups) == 1 and backups[0].read_text() == mine
+    with pytest.raises(SystemExit, match="editions are en, zh"):
+        mod.lab(["--lang", "fr"])

@@ -103,9 +103,10 @@ _HEADER = {
 def _card_text(number: int, key: str, english: str, lang: str) -> str:
     if lang == "en":
         return english
-    from disttutor.course.translation import text
+    from disttutor.course.translation import lookup
 
-    return text(number, key) or english  # no fresh translation: the English, never an outdated Chinese
+    # no fresh translation: the English, never an outdated Chinese
+    return lookup(chapter(number).stem, key, english) or english
 
 
 def header_markdown(number: int, build: dict | None = None, lang: str | None = None) -> str:

@@ -38,9 +38,11 @@ class Shown(str):
 
 
 def _zh(chapter: int, key: str, english: str) -> str:
-    from disttutor.course.translation import text
+    from disttutor.course.chapters import chapter as card
+    from disttutor.course.translation import lookup
 
-    return text(chapter, key) or english  # no fresh translation: the English, never an outdated Chinese
+    # no fresh translation: the English, never an outdated Chinese
+    return lookup(card(chapter).stem, key, english) or english
 
 
 _DIFFICULTY_ZH = {"warm-up": "热身", "core": "核心", "stretch": "进阶"}

@@ -12,13 +12,13 @@ hash no longer matches and the entry is *stale*: ``scripts/translate.py stale NN
 translator updates the Chinese and signs it (``scripts/translate.py sign NN KEY``), and the
 test (tests/test_zh_edition.py) fails until then. An entry marked ``· todo`` holds English still
 to translate; an entry ``<!-- note:md-00-02 · zh-only -->`` is a translator's note, shown after
-that cell in the Chinese edition only.
+that cell in the Chinese edition only. This module is the file format and the lookup the course's
+cards use; :mod:`disttutor.course.zh_units` lists a chapter's units and how far their translation is.
 
 Kernel side; imports no torch.
 """
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import re
@@ -30,7 +30,7 @@ ZH_SRC = os.path.join(ROOT, "chapters", "zh", "src")
 _ENTRY = re.compile(r"^<!-- (?P<key>\S+) · (?:en:(?P<sha>[0-9a-f]{12})(?P<todo> · todo)?|(?P<note>zh-only)) -->$", re.M)
 _MARK = re.compile(r'^# %% \[markdown\](?: id="(?P<id>[A-Za-z0-9-]+)")?')
 
-__all__ = ["Entry", "Status", "sha", "units", "read", "write", "status", "text", "chapter_of"]
+__all__ = ["Entry", "sha", "file_of", "read", "write", "lookup"]
 
 
 def sha(english: str) -> str:
@@ -46,63 +46,13 @@ class Entry:
     todo: bool = False
 
 
-def stem(number: int) -> str:
-    from disttutor.course.chapters import chapter
-
-    return chapter(number).stem
-
-
-def path(number: int) -> str:
-    return os.path.join(ZH_SRC, stem(number) + ".md")
+def file_of(stem: str) -> str:
+    """The translation file of the chapter ``chapters/src/<stem>.py``."""
+    return os.path.join(ZH_SRC, stem + ".md")
 
 
-def _markdown_cells(number: int) -> list[tuple[str | None, str]]:
-    """``[(id, English markdown)]`` of a chapter's source, in order (the build's own parser)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_build_notebooks", os.path.join(ROOT, "scripts", "build_notebooks.py"))
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    with open(os.path.join(SRC, stem(number) + ".py"), encoding="utf-8") as f:
-        return [(c["id"], c["source"]) for c in build.parse(f.read()) if c["type"] == "markdown"]
-
-
-def units(number: int, cells: list[tuple[str | None, str]] | None = None) -> dict[str, str]:
-    """``{key: English}`` of everything a chapter shows a reader in words, in reading order.
-
-    ``cells`` replaces the chapter's markdown cells (a test changes one to see the drift caught).
-    """
-    from disttutor.checks.registry import EXERCISES
-    from disttutor.course.answers import ANSWERS
-    from disttutor.course.chapters import chapter
-
-    c = chapter(number)
-    out = {"chapter:title": c.title, "chapter:needs": c.needs}
-    for cid, source in (_markdown_cells(number) if cells is None else cells):
-        if cid is None:
-            raise ValueError(f"chapter {number}: a markdown cell has no id (run `python scripts/translate.py ids`): "
-                             f"{source[:60]!r}")
-        out[cid] = source
-    for e in EXERCISES:
-        if e.chapter == number:
-            out[f"title:{e.id}"] = e.title
-            out.update({f"hint:{e.id}:{i}": h for i, h in enumerate(e.hints, 1)})
-    out.update({f"answer:{q}": ANSWERS[q]() for q in sorted(ANSWERS, key=_qorder) if chapter_of(q) == number})
-    return out
-
-
-def _qorder(q: str) -> tuple[int, int]:
-    n, k = q.split(".q")
-    return int(n), int(k)
-
-
-def chapter_of(question_or_exercise: str) -> int:
-    return int(question_or_exercise.split(".")[0])
-
-
-def read(number: int, file: str | None = None) -> list[Entry]:
-    """The entries of a chapter's translation file, in file order ([] when it does not exist)."""
-    file = file or path(number)
+def read(file: str) -> list[Entry]:
+    """The entries of a translation file, in file order ([] when it does not exist)."""
     if not os.path.exists(file):
         return []
     with open(file, encoding="utf-8") as f:
@@ -124,10 +74,9 @@ HEAD = ("<!-- The Chinese edition of chapters/src/{stem}.py: one entry per Engli
         "     `python scripts/translate.py status` tells what is missing or stale. -->\n")
 
 
-def write(number: int, entries: list[Entry], file: str | None = None) -> None:
-    file = file or path(number)
+def write(file: str, entries: list[Entry]) -> None:
     os.makedirs(os.path.dirname(file), exist_ok=True)
-    parts = [HEAD.format(stem=stem(number))]
+    parts = [HEAD.format(stem=os.path.basename(file)[:-3])]
     for e in entries:
         mark = f"<!-- {e.key} · zh-only -->" if e.sha is None else f"<!-- {e.key} · en:{e.sha}{' · todo' if e.todo else ''} -->"
         parts.append(f"{mark}\n{e.text}\n")
@@ -135,50 +84,10 @@ def write(number: int, entries: list[Entry], file: str | None = None) -> None:
         f.write("\n".join(parts))
 
 
-@dataclass
-class Status:
-    number: int
-    units: int
-    translated: int
-    missing: list[str]     # no entry, or an entry still marked todo
-    stale: list[str]       # made from another English text
-    orphans: list[str]     # entries for no unit (a cell removed, an id changed)
-    notes: int             # zh-only translator's notes
-
-    @property
-    def ok(self) -> bool:
-        return not (self.missing or self.stale or self.orphans)
-
-    def problems(self) -> str:
-        said = [f"{what}: {', '.join(keys)}" for what, keys in
-                (("missing", self.missing), ("stale", self.stale), ("orphan", self.orphans)) if keys]
-        return f"chapter {self.number}: " + "; ".join(said)
-
-
-def status(number: int, english: dict[str, str] | None = None, entries: list[Entry] | None = None) -> Status:
-    english = units(number) if english is None else english
-    entries = read(number) if entries is None else entries
-    by_key = {e.key: e for e in entries if e.sha is not None}
-    notes = [e for e in entries if e.sha is None]
-    missing = [k for k in english if k not in by_key or by_key[k].todo]
-    stale = [k for k in english if k in by_key and not by_key[k].todo and by_key[k].sha != sha(english[k])]
-    orphans = [k for k in by_key if k not in english]
-    orphans += [e.key for e in notes if not e.key.startswith("note:") or e.key[5:] not in english]
-    return Status(number, len(english), len(english) - len(missing) - len(stale), missing, stale, orphans, len(notes))
-
-
-def text(number: int, key: str) -> str | None:
-    """The Chinese for one unit of a chapter, or None where there is no fresh translation (the caller
-    shows the English then: a reader never sees a translation of text that has since changed)."""
-    english = units(number).get(key)
-    e = next((e for e in read(number) if e.key == key), None)
-    if english is None or e is None or e.todo or e.sha != sha(english):
+def lookup(stem: str, key: str, english: str) -> str | None:
+    """The Chinese for one unit, or None where there is no fresh translation of ``english`` (the caller
+    shows the English then: a reader never sees a translation of a text that has since changed)."""
+    e = next((e for e in read(file_of(stem)) if e.key == key), None)
+    if e is None or e.todo or e.sha != sha(english):
         return None
     return e.text
-
-
-def numbers() -> list[int]:
-    from disttutor.course.chapters import CHAPTERS
-
-    have = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(SRC, "[0-9][0-9]_*.py"))}
-    return [n for n, c in sorted(CHAPTERS.items()) if c.stem in have]

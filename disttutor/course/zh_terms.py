@@ -29,8 +29,10 @@ def prose(markdown: str) -> str:
 
 
 def _word(token: str) -> re.Pattern:
-    # an English word inside Chinese text: no ASCII letter, digit, "_" or "-" glued to either side
-    return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(token)}(?![A-Za-z0-9_-])", re.I)
+    # an English word inside Chinese text: no ASCII letter, digit, "_" or "-" glued to either side;
+    # a word spelt with capitals (DDP, ZeRO) is that spelling only ("Zero Bubble" is not ZeRO)
+    flags = 0 if any(ch.isupper() for ch in token) else re.I
+    return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(token)}(?![A-Za-z0-9_-])", flags)
 
 
 def _key(en: str) -> str:
