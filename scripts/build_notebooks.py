@@ -24,6 +24,7 @@ notebook matches its source and carries outputs.
     python3 course.py execute chapters/src/02_process_groups_collectives.py
     python scripts/build_notebooks.py chapters/src/04_ddp.py   # this script, in the current environment
     python scripts/build_notebooks.py --metadata-only          # cell metadata only (tags, nbgrader), no run
+    python scripts/build_notebooks.py --glossary-only          # the glossary cell's output only, no run
 """
 from __future__ import annotations
 
@@ -262,6 +263,30 @@ def refresh_header(nb, number: int, build: dict) -> None:
                     out["data"]["text/markdown"] = header_markdown(number, build)
 
 
+def refresh_glossary(nb, number: int) -> None:
+    """Re-render the last cell's glossary from glossary.yaml as it is now (a term added to the glossary
+    changes no code, so it needs no rerun)."""
+    sys.path.insert(0, ROOT)
+    from disttutor.course.chapters import GLOSSARY_CALL, glossary_markdown
+
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.strip().endswith(GLOSSARY_CALL.format(number)):
+            for out in cell.get("outputs", []):
+                if "text/markdown" in out.get("data", {}):
+                    out["data"]["text/markdown"] = glossary_markdown(number, lang="en")
+
+
+def refresh_glossary_only(src: str) -> None:
+    """The glossary output of a committed notebook re-rendered, without executing it (its header keeps
+    the time measured by the build that made its outputs)."""
+    import nbformat
+
+    path = notebook_path(src)
+    nb = nbformat.read(path, as_version=4)
+    refresh_glossary(nb, int(os.path.basename(src)[:2]))
+    nbformat.write(nb, path)
+
+
 def execute(src: str) -> float:
     import nbformat
     from nbclient import NotebookClient
@@ -275,6 +300,7 @@ def execute(src: str) -> float:
                    resources={"metadata": {"path": os.path.join(ROOT, "chapters")}}).execute()
     seconds = time.perf_counter() - t0
     refresh_header(nb, int(os.path.basename(src)[:2]), record_build_time(src, seconds))
+    refresh_glossary(nb, int(os.path.basename(src)[:2]))
     settle_widgets(nb)
     clean(nb)
     nbformat.write(nb, notebook_path(src))
@@ -283,12 +309,18 @@ def execute(src: str) -> float:
 
 def main(paths: list[str]) -> int:
     metadata_only = "--metadata-only" in paths
-    paths = [p for p in paths if p != "--metadata-only"]
+    glossary_only = "--glossary-only" in paths
+    paths = [p for p in paths if p not in ("--metadata-only", "--glossary-only")]
     srcs = []
     for p in paths or sorted(glob.glob(os.path.join(ROOT, "chapters", "src", "[0-9][0-9]_*.py"))):
         if p.endswith(".ipynb"):  # accept the notebook's path too
             p = os.path.join(ROOT, "chapters", "src", os.path.basename(p)[:-6] + ".py")
         srcs.append(p)
+    if glossary_only:
+        for s in srcs:
+            refresh_glossary_only(s)
+        print(f"glossary outputs refreshed in {len(srcs)} notebook(s)")
+        return 0
     if metadata_only:
         for s in srcs:
             refresh_metadata(s)

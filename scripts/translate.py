@@ -16,7 +16,6 @@ English notebook's: the same code, the same run. It never runs anything.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import sys
@@ -52,6 +51,20 @@ def _markdown_output(md: str) -> dict:
     return {"text/markdown": md, "text/plain": md}
 
 
+_BUILT = re.compile(r"about (?P<seconds>\d+) s top to bottom, measured when this notebook was last built "
+                    r"\(on (?P<cores>\d+) CPU cores, (?P<gpus>\d+) GPUs, torch (?P<torch>[^ )]+)\)")
+
+
+def _build_of(outs: list) -> dict | None:
+    """The build the English header reports (the run whose outputs the zh notebook carries), not
+    chapters/build_times.json, which a later build of the English chapter may have changed."""
+    text = "".join("".join(o.get("data", {}).get("text/markdown", "")) for o in outs)
+    m = _BUILT.search(text)
+    if m is None:
+        return None
+    return {"seconds": float(m["seconds"]), "cores": int(m["cores"]), "gpus": int(m["gpus"]), "torch": m["torch"]}
+
+
 def zh_outputs(cell: dict, number: int) -> list | None:
     """The Chinese outputs of a course card cell, or None for any other cell (its outputs are kept)."""
     from disttutor.course import shape
@@ -60,8 +73,7 @@ def zh_outputs(cell: dict, number: int) -> list | None:
     src = "".join(cell["source"]).strip()
     outs = cell.get("outputs", [])
     if HEADER_CALL.format(number) in src:
-        build = json.load(open(os.path.join(ROOT, "chapters", "build_times.json"))).get(zu.stem(number))
-        md = header_markdown(number, build, lang="zh")
+        md = header_markdown(number, _build_of(outs), lang="zh")
     elif src.endswith(GLOSSARY_CALL.format(number)):
         md = glossary_markdown(number, lang="zh")
     elif _CALL.match(src):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import pytest
@@ -67,3 +68,13 @@ def test_glossary_terms_are_unique_and_honest_about_the_article():
             says_absent = "not in the article" in e.get("note", "")
             # A term marked "not in the article" must really be absent, and an unmarked one present.
             assert says_absent != (e["zh"] in text), f"{e['zh']}: note disagrees with the article"
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "chapters", "[0-9][0-9]_*.ipynb"))),
+                         ids=os.path.basename)
+def test_the_committed_glossary_output_is_the_glossary_now(path):
+    n = int(os.path.basename(path)[:2])
+    cell = json.load(open(path, encoding="utf-8"))["cells"][-1]
+    shown = "".join(next(o for o in cell["outputs"] if "text/markdown" in o.get("data", {}))["data"]["text/markdown"])
+    assert shown == chapters.glossary_markdown(n, lang="en"), \
+        "glossary.yaml changed: `python scripts/build_notebooks.py --glossary-only` re-renders it (no rerun)"
