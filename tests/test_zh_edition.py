@@ -129,6 +129,8 @@ def test_the_term_rules_catch_a_second_translation_and_an_unglossed_first_use():
     assert zh_terms.text_problems(ok, g) == []
     assert zh_terms.text_problems({"a": "全归约（all-reduce）之后"}, g) == []  # the other order
     assert zh_terms.text_problems({"a": "用 `all-reduce` 求和；再做 all-reduce（全归约）"}, g) == []  # code is not prose
+    assert zh_terms.text_problems({"a": "## 为什么 all-reduce 够用\n\n每一步做一次 all-reduce（全归约）。"}, g) == []  # a heading names it
+    assert zh_terms.text_problems({"chapter:title": "all-reduce 入门", "a": "all-reduce（全归约）"}, g) == []  # so does a title
     two = zh_terms.text_problems({"a": "all-reduce（全归约）", "b": "4 个微批量"}, g)
     assert len(two) == 1 and "'微批量'" in two[0] and "微批次" in two[0]
     bare = zh_terms.text_problems({"a": "每个 rank 调用 all-reduce。", "b": "all-reduce（全归约）"}, g)

@@ -441,7 +441,7 @@ reveal("13.q1", my_prediction, measured, rel_tol=0.3,  # 30 %: a timed run on sh
        "the bytes dominate (bandwidth-bound), near 1 the fixed cost α does.")
 
 # %% [markdown] id="md-13-19" tags=["question"]
-# **Question 13.2.** α = 20 µs and a bus bandwidth of 100 GB/s, 8 ranks: at what message size does an all-reduce spend as long on latency as on moving bytes? What does that say about DDP's 25 MB buckets?
+# **Question 13.2.** α = 20 µs and a bus bandwidth of 100 GB/s, 8 ranks: at what message size does an all-reduce spend as long on latency as on moving bytes? What does that say about DDP's 25 MiB buckets?
 
 # %%
 answer("13.q2")

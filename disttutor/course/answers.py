@@ -80,7 +80,7 @@ def _():
 @_answer("2.q3")
 def _():
     return ("Both ranks block in `send`, each waiting for the other to post the matching `recv`: a deadlock "
-            "until the collective timeout ends it (section 4 reproduced it). Small messages may slip through a "
+            "until the collective timeout ends it (section 3 reproduced it). Small messages may slip through a "
             "backend's buffers, so the bug can hide in tests and appear with larger tensors. Fixes: post both "
             "sides without blocking (`dist.isend` and `dist.irecv`, then `wait()` on both, or "
             "`dist.batch_isend_irecv`), or order the calls by rank (even ranks send first, odd ranks receive "
@@ -114,7 +114,7 @@ def _():
             "(or not at all) build different weights; without the broadcast each would apply the same average "
             "gradient to different weights and the replicas would never agree — silently, since nothing "
             "compares them. So the DDP constructor broadcasts rank 0's parameters and buffers (and, by default, "
-            "the buffers again at every forward: `broadcast_buffers=True`). Section 3 asserted the weights equal "
+            "the buffers again at every forward: `broadcast_buffers=True`). Section 1 asserted the weights equal "
             "right after the wrap.")
 
 
@@ -143,7 +143,7 @@ def _():
     return ("`torch.distributed.launch --nproc-per-node 2` starts 2 processes, and each of them calls "
             "`mp.spawn(nprocs=2)`: **4** training processes on a 2-GPU machine. Each computes its rank from "
             "its own arguments, so two processes claim rank 0 and two rank 1 of a world the script says is of "
-            "size 2: the processes meet at the same address as duplicate ranks. Chapter 5 ran it and showed "
+            "size 2: the processes meet at the same address as duplicate ranks. Section 2 ran it and showed "
             "what this torch says. The fix: one launcher. torchrun starts the processes and sets `RANK`, "
             "`LOCAL_RANK`, `WORLD_SIZE`; the script only reads them.")
 
@@ -202,7 +202,7 @@ def _():
     return (f"fp32: {4 * n / 1e6:.0f} MB per all-reduce, fp16: **{2 * n / 1e6:.0f} MB** — half the bytes "
             f"(the division by the world size happens before the cast, so the sum does not overflow). The "
             f"smallest positive fp16 number is the subnormal 2⁻²⁴ = {tiny:.2e}; round-to-nearest sends anything "
-            f"below half of it, 2⁻²⁵ = **{cut:.2e}**, to zero. Gradients that small are lost, which is one "
+            f"up to half of it, 2⁻²⁵ = **{cut:.2e}**, to zero. Gradients that small are lost, which is one "
             "reason bf16 (fp32's exponent range, 7 stored mantissa bits) is preferred where the hardware has it.")
 
 

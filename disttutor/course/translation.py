@@ -53,6 +53,8 @@ def file_of(stem: str) -> str:
 
 def read(file: str) -> list[Entry]:
     """The entries of a translation file, in file order ([] when it does not exist)."""
+    if not isinstance(file, str):  # the old read(number): say so, not "Bad file descriptor"
+        raise TypeError(f"read() takes a translation file's path, got {file!r}; zh_units.entries(number) reads a chapter's")
     if not os.path.exists(file):
         return []
     with open(file, encoding="utf-8") as f:

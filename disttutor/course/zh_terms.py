@@ -4,8 +4,8 @@
 
 * a term is written as its ``zh``; none of its ``avoid`` renderings appears anywhere;
 * a term with ``keep:`` (DDP, all-reduce, rank...) is written as that English word, as Chinese
-  engineers write it, and at its first use in each chapter its Chinese stands right beside it
-  ("all-reduce（全归约）", or "全归约（all-reduce）");
+  engineers write it, and at its first use in each chapter (a heading or the card's title may
+  only name it; then the first sentence using it counts) its Chinese stands right beside it ("all-reduce（全归约）", or "全归约（all-reduce）");
 * the glossary itself gives each English term one Chinese and each Chinese term one English.
 
 Code (fenced blocks, inline code) and link targets are not prose and are not checked.
@@ -32,7 +32,8 @@ def _word(token: str) -> re.Pattern:
     # an English word inside Chinese text: no ASCII letter, digit, "_" or "-" glued to either side;
     # a word spelt with capitals (DDP, ZeRO) is that spelling only ("Zero Bubble" is not ZeRO)
     flags = 0 if any(ch.isupper() for ch in token) else re.I
-    return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(token)}(?![A-Za-z0-9_-])", flags)
+    # ("ZeRO-2" is a use of ZeRO: a hyphen and a digit may follow)
+    return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(token)}(?![A-Za-z0-9_]|-[A-Za-z_])", flags)
 
 
 def _key(en: str) -> str:
@@ -65,14 +66,14 @@ def text_problems(units: dict[str, str], entries) -> list[str]:
         keep = e.get("keep")
         if not keep:
             continue
-        word = _word(keep)
-        first = next(((k, m) for k, t in texts.items() for m in [word.search(t)] if m), None)
-        if first is None:
-            continue
-        k, m = first
-        t = texts[k]
-        near = t[max(0, m.start() - NEAR):m.end() + NEAR]
-        if e["zh"] not in near:
+        for k, m in ((k, m) for k, t in texts.items() if k != "chapter:title" for m in _word(keep).finditer(t)):
+            t = texts[k]
+            if e["zh"] in t[max(0, m.start() - NEAR):m.end() + NEAR]:
+                break  # glossed at its first use
+            line = t[t.rfind("\n", 0, m.start()) + 1:m.start()]
+            if re.match(r"#{1,6} ", line):
+                continue  # a heading names the term; the first sentence using it glosses it
             out.append(f"{k}: first use of {keep!r} in the chapter without its Chinese beside it "
                        f"(write {keep}（{e['zh']}）): …{t[max(0, m.start() - 20):m.end() + 20]!s}…")
+            break
     return out

@@ -44,12 +44,14 @@ def units(number: int, cells: list[tuple[str | None, str]] | None = None) -> dic
     from disttutor.course.chapters import chapter
 
     c = chapter(number)
-    out = {"chapter:title": c.title, "chapter:needs": c.needs}
+    out = {}
     for cid, source in (_markdown_cells(number) if cells is None else cells):
         if cid is None:
             raise ValueError(f"chapter {number}: a markdown cell has no id (run `python scripts/translate.py ids`): "
                              f"{source[:60]!r}")
         out[cid] = source
+        if len(out) == 1:  # the chapter's card (its header cell) comes right after its title cell
+            out.update({"chapter:title": c.title, "chapter:needs": c.needs})
     for e in EXERCISES:
         if e.chapter == number:
             out[f"title:{e.id}"] = e.title
