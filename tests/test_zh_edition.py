@@ -187,6 +187,9 @@ def test_the_cards_speak_the_notebooks_language(tmp_path, monkeypatch):
     assert lang.current() == "zh"
     assert shape.card("4.1").startswith("**练习 4.1 — ")
     assert shape.answer("4.q2").startswith("<details><summary>答案 4.q2")
+    first = shape.hint("4.1", 1)
+    assert first.startswith("练习 4.1，提示 1/2：") and re.search(r"[\u4e00-\u9fff]", first[12:]), first
+    assert shape.hint("4.1", 3).endswith("参考答案是 solutions/ex4_1_naive_ddp.py（在课程的根目录下）。")
     monkeypatch.setenv("DISTTUTOR_LANG", "en")  # an explicit choice wins
     assert shape.card("4.1").startswith("**Exercise 4.1 — ")
     monkeypatch.setenv("DISTTUTOR_LANG", "fr")
