@@ -9,7 +9,13 @@ served from 127.0.0.1 with every other address refused, so the site must read of
 loads with no JavaScript error and no failed request, every widget of the notebook renders from
 its saved state (counted against the notebook's widget outputs), every image loads, every
 internal link (and its #fragment) resolves, and no page shows a widget repr or a machine path.
-Wall time: ~15-30 s to build, ~20-40 s for the browser on the loaded 2-core machine.
+
+The Chinese edition (``zh/``) is checked the same way, for every chapter whose
+``chapters/zh/NN_topic.ipynb`` exists (``DISTTUTOR_SITE_ZH=DIR`` reads them from DIR instead, to
+try the site before the translations are in): its pages, its notebooks byte for byte, its widgets
+counted against the zh notebook, its frame in Chinese, ``lang="zh"``; and every page's language
+switch leads to its counterpart in the other edition, and is there exactly when that exists.
+Wall time (2 loaded cores, both editions of 14 chapters): ~20-40 s to build, ~40-80 s for the browser.
 """
 from __future__ import annotations
 
@@ -36,6 +42,9 @@ from test_notebook_outputs import MACHINE_PATH  # noqa: E402  (what gives a buil
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "chapters", "[0-9][0-9]_*.ipynb")))
 STEMS = [os.path.basename(p)[:-6] for p in NOTEBOOKS]
+ZH_DIR = os.environ.get("DISTTUTOR_SITE_ZH") or os.path.join(ROOT, "chapters", "zh")
+ZH_NOTEBOOKS = sorted(glob.glob(os.path.join(ZH_DIR, "[0-9][0-9]_*.ipynb")))
+ZH_STEMS = [os.path.basename(p)[:-6] for p in ZH_NOTEBOOKS]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +59,8 @@ def site(tmp_path_factory):
         pytest.skip("the site build needs npm once (apt-get install npm)")
     out = str(tmp_path_factory.mktemp("site") / "site")
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "disttutor.course.site", "--out", out],
+    zh = ["--zh", ZH_DIR] if os.environ.get("DISTTUTOR_SITE_ZH") else []  # else the builder's default
+    r = subprocess.run([sys.executable, "-m", "disttutor.course.site", "--out", out, *zh],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                            p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)))
@@ -59,18 +69,103 @@ def site(tmp_path_factory):
     return out, r.stdout
 
 
+def _edition(stems):
+    return ["index.html", "glossary.html"] + [f"chapters/{s}.html" for s in stems]
+
+
 def _pages(out):
-    return ["index.html", "glossary.html"] + [f"chapters/{s}.html" for s in STEMS]
+    """Every page, relative to the site's root: the English edition, then the Chinese one (if any)."""
+    return _edition(STEMS) + ["zh/" + p for p in _edition(ZH_STEMS) if ZH_STEMS]
+
+
+def _read(out, rel):
+    return open(os.path.join(out, rel), encoding="utf-8").read()
 
 
 def test_every_chapter_has_a_page_and_its_notebook(site):
     out, stdout = site
     assert stdout.strip().splitlines()[-1] == os.path.join(out, "index.html")
-    for s in STEMS:
-        assert os.path.isfile(os.path.join(out, "chapters", f"{s}.html")), s
-        # The copy the page links is the committed notebook, byte for byte (outputs as verified).
-        assert open(os.path.join(out, "notebooks", f"{s}.ipynb"), "rb").read() == \
-            open(os.path.join(ROOT, "chapters", f"{s}.ipynb"), "rb").read(), s
+    editions = (("", os.path.join(ROOT, "chapters"), STEMS, ".py"), ("zh/", ZH_DIR, ZH_STEMS, ".md"))
+    for prefix, folder, stems, src in editions:
+        for s in stems:
+            assert os.path.isfile(os.path.join(out, prefix, "chapters", f"{s}.html")), prefix + s
+            # The copy the page links is the committed notebook, byte for byte (outputs as verified),
+            # and its source: the jupytext file, or for the Chinese edition the translation file.
+            for copy, orig in ((f"{s}.ipynb", f"{s}.ipynb"), (f"src/{s}{src}", f"src/{s}{src}")):
+                assert open(os.path.join(out, prefix, "notebooks", copy), "rb").read() == \
+                    open(os.path.join(folder, orig), "rb").read(), prefix + copy
+                assert f'href="../notebooks/{copy}"' in _read(out, f"{prefix}chapters/{s}.html"), prefix + copy
+    if not ZH_STEMS:
+        assert not os.path.exists(os.path.join(out, "zh")), "a Chinese edition without chapters"
+
+
+SWITCH = re.compile(r'<a\b[^>]*\bclass="dt-lang"[^>]*>')
+CHAPTER_HREF = re.compile(r'href="([^"#]*?(\d\d_\w+)\.html)(?:#[^"]*)?"')
+
+
+def test_each_page_switches_to_its_counterpart_in_the_other_language(site):
+    out, _ = site
+    pages = set(_pages(out))
+    for rel in sorted(pages):
+        zh = rel.startswith("zh/")
+        text = _read(out, rel)
+        lang = "zh" if zh else "en"
+        assert f'<html lang="{lang}">' in text, f"{rel}: not <html lang={lang}>"
+        other = rel[3:] if zh else "zh/" + rel
+        links = SWITCH.findall(text)
+        if other not in pages:  # a chapter not translated yet: no switch, rather than a dead link
+            assert not links, f"{rel} switches to {links} but {other} does not exist"
+            continue
+        assert len(links) == 1, f"{rel}: {len(links)} language switches, want 1 (to {other})"
+        href, to = (re.search(r'\b%s="([^"]*)"' % k, links[0]).group(1) for k in ("href", "hreflang"))
+        target = os.path.normpath(os.path.join(os.path.dirname(rel), href))
+        assert (target, to) == (other, "en" if zh else "zh"), f"{rel}: the switch leads to {target} ({to}), not {other}"
+
+
+def test_the_search_index_holds_every_chapter_of_both_editions(site):
+    out, _ = site
+    js = _read(out, "assets/search-index.js")
+    docs = json.loads(js[js.index("=") + 1:].strip().rstrip(";"))
+    by_page = {}
+    for d in docs:
+        page = d["u"].split("#")[0]
+        assert os.path.isfile(os.path.join(out, page)), f"search hit {d['u']} leads nowhere"
+        assert d["l"] == ("zh" if page.startswith("zh/") else "en"), d["u"]  # site.js searches the page's own
+        by_page[page] = by_page.get(page, 0) + 1
+    for rel in _pages(out):
+        if "chapters/" in rel:
+            assert by_page.get(rel, 0) > 3, f"{rel}: {by_page.get(rel, 0)} sections in the search index"
+
+
+def test_the_chinese_pages_frame_is_chinese_and_their_links_stay_in_chinese(site):
+    """Frame words from the editions' labels; links between chapters (sidebar, prev/next, the markdown's
+    own ``](04_ddp.ipynb)``) lead to the zh page where there is one, else to the English page."""
+    from disttutor.course.site.edition import EN, ZH
+
+    if not ZH_STEMS:
+        pytest.skip(f"no Chinese chapter in {os.path.relpath(ZH_DIR, ROOT)} yet")
+    out, _ = site
+    frame = ("search", "side_chapters", "on_this_page", "source_file", "chapter_glossary", "as_committed")
+    for s, nb_path in zip(ZH_STEMS, ZH_NOTEBOOKS):
+        rel = f"zh/chapters/{s}.html"
+        text = _read(out, rel)
+        for f in frame:
+            assert getattr(ZH.labels, f) in text, f"{rel}: no {f} label {getattr(ZH.labels, f)!r}"
+            assert getattr(EN.labels, f) not in text, f"{rel}: English {f} label {getattr(EN.labels, f)!r}"
+        nb = json.load(open(nb_path, encoding="utf-8"))
+        ids = [c["metadata"].get("nbgrader", {}).get("grade_id", "") for c in nb["cells"]]
+        for gid in (g for g in ids if g.startswith("exercise-")):
+            banner = ZH.labels.exercise.format(id=gid[9:])
+            assert f'<div class="dt-exercise" id="{gid}">{banner}</div>' in text, f"{rel}: {gid}'s banner"
+        for note in re.findall(r'<p class="dt-needs-kernel">(.*?)</p>', text):
+            assert note == ZH.labels.needs_kernel, f"{rel}: widget note {note[:40]!r}"
+        n = 0
+        for href, stem in CHAPTER_HREF.findall(SWITCH.sub("", text)):  # the switch leads to English, rightly
+            target = os.path.normpath(os.path.join(os.path.dirname(rel), href))
+            want = f"zh/chapters/{stem}.html" if stem in ZH_STEMS else f"chapters/{stem}.html"
+            assert target == want, f"{rel} links chapter {stem} as {href} ({target}), not {want}"
+            n += 1
+        assert n >= len(ZH_STEMS), f"{rel}: only {n} chapter links (the sidebar alone has {len(ZH_STEMS)})"
 
 
 def test_no_solution_and_no_machine_path_on_the_site(site):
@@ -91,10 +186,14 @@ def test_no_solution_and_no_machine_path_on_the_site(site):
     secret = {ln.strip() for p in sol for ln in open(p, encoding="utf-8")
               if len(ln.strip()) > 40 and not ln.strip().startswith("#") and ln.strip() not in shown}
     assert secret, "no solution-only lines found: the check would be empty"
+    # A translation file (zh/notebooks/src/*.md) holds the exercises' hints, in Chinese around their code,
+    # which `hint("N.M")` shows every learner; a solution line a hint quotes is no leak there, and only there.
+    from disttutor.checks.registry import EXERCISES
+    hinted = {s for s in secret if any(s in h for e in EXERCISES for h in e.hints)}
     for f in files:
-        if f.endswith((".html", ".js", ".ipynb", ".py")) and "/vendor/" not in f:
+        if f.endswith((".html", ".js", ".ipynb", ".py", ".md")) and "/vendor/" not in f:
             text = open(f, encoding="utf-8").read()
-            leaked = [s for s in secret if s in text]
+            leaked = [s for s in (secret - hinted if f.endswith(".md") else secret) if s in text]
             assert not leaked, f"{os.path.relpath(f, out)} shows a solution line: {leaked[0]!r}"
             if f.endswith(".html"):
                 # Embedded images' base64 left out: random letters can spell "/home/x" there.
@@ -158,6 +257,7 @@ def test_every_page_in_a_real_browser(site):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     want = {f"chapters/{os.path.basename(p)[:-6]}.html": browser_check.widget_outputs(p) for p in NOTEBOOKS}
+    want.update({f"zh/chapters/{os.path.basename(p)[:-6]}.html": browser_check.widget_outputs(p) for p in ZH_NOTEBOOKS})
     t0, problems, rows, seen_ids, links = time.monotonic(), [], [], {}, {}
     try:
         with sync_playwright() as pw:
@@ -225,14 +325,23 @@ def test_every_page_in_a_real_browser(site):
             first = page.locator("#dt-results a").first
             first.wait_for(timeout=10_000)
             hit = first.get_attribute("href")
-            assert "chapters/" in hit and os.path.isfile(os.path.join(out, hit.split("#")[0])), hit
+            assert hit.startswith("chapters/") and os.path.isfile(os.path.join(out, hit.split("#")[0])), hit
             page.close()
+            if ZH_STEMS:  # a zh page searches the zh edition first: a Chinese word finds a zh page
+                page = browser.new_page()
+                page.goto(base + "zh/index.html")
+                page.fill("#dt-q", "分布式")
+                first = page.locator("#dt-results a").first
+                first.wait_for(timeout=10_000)
+                hit = os.path.normpath(os.path.join("zh", first.get_attribute("href").split("#")[0]))
+                assert hit.startswith("zh/chapters/") and os.path.isfile(os.path.join(out, hit)), hit
+                page.close()
             browser.close()
     finally:
         server.shutdown()
-    print(f"{'page':44} widgets  images  links  JS errors")
+    print(f"{'page':47} widgets  images  links  JS errors")
     for rel, ok, n, imgs, nl, ne in rows:
-        print(f"{rel:44} {ok:>3}/{n:<3} {imgs:>7} {nl:>6} {ne:>10}")
+        print(f"{rel:47} {ok:>3}/{n:<3} {imgs:>7} {nl:>6} {ne:>10}")
     print(f"{len(rows)} pages, {checked} distinct internal links checked, {time.monotonic() - t0:.1f} s in the browser")
     assert not problems, "\n".join(problems[:20])
     assert sum(r[1] for r in rows) == sum(want.values()) > 0  # widgets exist and all were counted

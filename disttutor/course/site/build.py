@@ -1,18 +1,23 @@
 """Build the course's static website from the committed notebooks (nothing is executed).
 
-    python -m disttutor.course.site [--out DIR]      # what `python3 course.py site` runs
+    python -m disttutor.course.site [--out DIR] [--zh DIR]   # what `python3 course.py site` runs
 
 Writes DIR (default ``site/`` in the repository): ``index.html`` (the landing page), one page per
 chapter under ``chapters/``, ``glossary.html``, the notebooks and their jupytext sources under
 ``notebooks/`` (the pages link them), and ``assets/`` (styles, the search index, the widget
-renderer). Only chapters/*.ipynb, chapters/src/*.py and the course's metadata are read;
-``solutions/`` is never read or copied. Prints the path of ``index.html`` as its last line.
+renderer). The Chinese edition is the same tree under ``zh/`` (``zh/index.html``,
+``zh/chapters/``, ``zh/glossary.html``, ``zh/notebooks/`` with the translation files), for every
+chapter whose ``chapters/zh/NN_topic.ipynb`` exists (``--zh DIR`` reads them from elsewhere);
+each page's top bar links its counterpart in the other edition where there is one (``edition.py``
+holds what differs, ``frame.py`` the links). Only chapters/*.ipynb, chapters/src/*.py,
+chapters/zh/ and the course's metadata are read; ``solutions/`` is never read or copied. Prints
+the path of ``index.html`` as its last line.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
-import html
 import json
 import os
 import re
@@ -21,6 +26,8 @@ import sys
 import time
 
 from disttutor.course.site import notebook, vendor
+from disttutor.course.site.edition import EN, ZH, Edition
+from disttutor.course.site.frame import Frame, esc as _esc, pages_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # the repository
@@ -30,10 +37,6 @@ def _jinja():
     import jinja2
 
     return jinja2.Environment(loader=jinja2.FileSystemLoader(notebook.TEMPLATES), autoescape=False)
-
-
-def _esc(s) -> str:
-    return html.escape(str(s), quote=True)
 
 
 def readme_rows() -> dict[int, str]:
@@ -48,128 +51,121 @@ def readme_rows() -> dict[int, str]:
     return rows
 
 
-def topbar(root: str) -> str:
-    return (f'<header class="dt-top"><a class="dt-brand" href="{root}index.html">disttutor</a>'
-            f'<a href="{root}index.html#chapters">chapters</a><a href="{root}glossary.html">glossary</a>'
-            '<span class="dt-search"><input type="search" id="dt-q" placeholder="search the course" '
-            'aria-label="search the course" autocomplete="off"><span id="dt-results" hidden></span></span></header>')
-
-
-def sidebar(chapters, root: str, current: int | None) -> str:
-    here = ' class="dt-here"'
-    items = "".join(
-        f'<li{here if c.number == current else ""}><a href="{root}chapters/{c.stem}.html">'
-        f'<span class="dt-num">{c.number}</span> {_esc(c.title)}</a></li>' for c in chapters)
-    return f'<p class="dt-side-h">Chapters</p><ol class="dt-chapters">{items}</ol>'
-
-
-def prevnext(chapters, i: int) -> str:
-    prev = chapters[i - 1] if i > 0 else None
-    nxt = chapters[i + 1] if i + 1 < len(chapters) else None
-    left = (f'<a class="dt-prev" href="{prev.stem}.html">← {prev.number}. {_esc(prev.title)}</a>' if prev
-            else '<a class="dt-prev" href="../index.html">← course home</a>')
-    right = (f'<a class="dt-next" href="{nxt.stem}.html">{nxt.number}. {_esc(nxt.title)} →</a>' if nxt
-             else '<a class="dt-next" href="../glossary.html">glossary →</a>')
-    return f'<nav class="dt-prevnext">{left}{right}</nav>'
-
-
-def toc(headings: list[dict]) -> str:
-    rows = [h for h in headings if h["in_markdown"] and h["level"] in (1, 2, 3)]
-    items = "".join(f'<li class="dt-l{h["level"]}"><a href="#{_esc(h["id"])}">{_esc(h["title"])}</a></li>'
-                    for h in rows)
-    return f'<p class="dt-side-h">On this page</p><ul class="dt-toc">{items}</ul>' if items else ""
-
-
-def build_chapter(c, i, chapters, out, ex) -> tuple[list[dict], int]:
+def build_chapter(fr: Frame, c, i, out, ex) -> tuple[list[dict], int]:
     import nbformat
 
-    nb = nbformat.read(os.path.join(ROOT, "chapters", f"{c.stem}.ipynb"), as_version=4)
-    web = notebook.for_the_web(nb)
-    py = os.path.join(ROOT, "chapters", "src", f"{c.stem}.py")
-    dt = {"root": "../", "number": c.number, "title": c.title, "zh": c.zh, "sections": c.sections,
-          "stem": c.stem, "ipynb": f"notebooks/{c.stem}.ipynb",
-          "py": f"notebooks/src/{c.stem}.py" if os.path.exists(py) else None,
-          "widgets": bool(notebook.widget_views(nb)), "topbar": topbar("../"),
-          "sidebar": sidebar(chapters, "../", c.number), "prevnext": prevnext(chapters, i)}
-    body, _ = ex.from_notebook_node(web, resources={"dt": dt, "metadata": {"name": f"{c.number}. {c.title}"}})
+    ed, L, rel = fr.ed, fr.ed.labels, f"chapters/{c.stem}.html"
+    nb = nbformat.read(ed.notebook(c.stem), as_version=4)
+    web = notebook.for_the_web(nb, link=lambda stem: fr.chapter_href(rel, stem), kernel_note=L.needs_kernel)
+    src, title = ed.source(c.stem), fr.titles[c.number]
+    dt = {"root": fr.root(rel), "home": fr.home(rel), "labels": L, "number": c.number, "title": title,
+          "kicker": L.kicker.format(n=c.number) + (L.article.format(s=c.sections) if c.sections != "—" else ""),
+          "zh": c.zh, "stem": c.stem, "ipynb": f"notebooks/{c.stem}.ipynb",
+          "src": f"notebooks/src/{os.path.basename(src)}" if os.path.exists(src) else None,
+          "widgets": bool(notebook.widget_views(nb)), "topbar": fr.topbar(rel),
+          "sidebar": fr.sidebar(rel, c.number), "prevnext": fr.prevnext(i)}
+    meta = {"name": L.page_title.format(n=c.number, title=title)}
+    body, _ = ex.from_notebook_node(web, resources={"dt": dt, "metadata": meta})
     o = notebook.outline(body)
-    body = body.replace("<!--DT-TOC-->", toc(o.headings), 1)
-    with open(os.path.join(out, "chapters", f"{c.stem}.html"), "w", encoding="utf-8") as f:
+    body = body.replace("<!--DT-TOC-->", fr.toc(o.headings), 1)
+    here = os.path.join(out, ed.prefix)
+    with open(os.path.join(here, rel), "w", encoding="utf-8") as f:
         f.write(body)
-    shutil.copy(os.path.join(ROOT, "chapters", f"{c.stem}.ipynb"), os.path.join(out, "notebooks"))
-    if dt["py"]:
-        shutil.copy(py, os.path.join(out, "notebooks", "src"))
-    url = f"chapters/{c.stem}.html"
-    docs = [{"t": f"{c.number}. {c.title}" + (f" — {s['title']}" if s["title"] else ""),
-             "u": url + (f"#{s['id']}" if s["id"] else ""), "x": s["text"][:4000]}
+    shutil.copy(ed.notebook(c.stem), os.path.join(here, "notebooks"))  # byte for byte: outputs as verified
+    if dt["src"]:
+        shutil.copy(src, os.path.join(here, "notebooks", "src"))
+    docs = [{"t": f"{c.number}. {title}" + (f" — {s['title']}" if s["title"] else ""), "l": ed.lang,
+             "u": ed.prefix + rel + (f"#{s['id']}" if s["id"] else ""), "x": s["text"][:4000]}
             for s in o.sections if s["text"] or s["title"]]
     return docs, len(notebook.widget_views(nb))
 
 
-def build_glossary(chapters, out, page) -> list[dict]:
+def build_glossary(fr: Frame, out, page) -> list[dict]:
     from disttutor.course import chapters as cards  # the one glossary file, read as the chapters read it
 
-    parts, docs = ['<h1>Glossary · 术语表</h1><p>Every term of the course in Chinese and English, in the '
-                   'chapter that introduces it (<code>disttutor/course/glossary.yaml</code>; each chapter ends with '
-                   'its part of this table). The Chinese follows the article\'s usage where it uses the term; '
-                   'the note says where it does not.</p>'], []
+    L, chapters = fr.ed.labels, fr.chapters
+    parts, docs = [f"<h1>{L.glossary_title}</h1><p>{L.glossary_intro}</p>"], []
+    head = "".join(f"<th>{h}</th>" for h in L.glossary_cols)
     for c in chapters:
         rows = cards.terms(c.number)
         if not rows:
             continue
-        parts.append(f'<h2 id="chapter-{c.number}"><a href="chapters/{c.stem}.html">Chapter {c.number} — '
-                     f'{_esc(c.title)}</a></h2><table class="dt-table"><thead><tr><th>中文</th><th>English</th>'
-                     '<th>note</th></tr></thead><tbody>')
+        parts.append(f'<h2 id="chapter-{c.number}"><a href="chapters/{c.stem}.html">'
+                     f'{L.glossary_chapter.format(n=c.number, title=_esc(fr.titles[c.number]))}</a></h2>'
+                     f'<table class="dt-table"><thead><tr>{head}</tr></thead><tbody>')
         for e in rows:
-            parts.append(f'<tr><td lang="zh">{_esc(e["zh"])}</td><td>{_esc(e["en"])}</td>'
+            parts.append(f'<tr><td lang="zh">{_esc(e["zh"])}</td><td lang="en">{_esc(e["en"])}</td>'
                          f'<td>{_esc(e.get("note", ""))}</td></tr>')
-            docs.append({"t": f"glossary: {e['zh']} — {e['en']}", "u": f"glossary.html#chapter-{c.number}",
+            docs.append({"t": L.glossary_hit.format(zh=e["zh"], en=e["en"]), "l": fr.ed.lang,
+                         "u": f"{fr.ed.prefix}glossary.html#chapter-{c.number}",
                          "x": f"{e['zh']} {e['en']} {e.get('note', '')} chapter {c.number}"})
         parts.append("</tbody></table>")
-    for n in {c.number for c in chapters} - {e["chapter"] for c in chapters for e in cards.terms(c.number)}:
-        parts.append(f'<p id="chapter-{n}" class="dt-note">Chapter {n} introduces no new glossary terms.</p>')
-    with open(os.path.join(out, "glossary.html"), "w", encoding="utf-8") as f:
-        f.write(page(title="Glossary — disttutor", body="".join(parts)))
+    for n in sorted({c.number for c in chapters} - {e["chapter"] for c in chapters for e in cards.terms(c.number)}):
+        parts.append(f'<p id="chapter-{n}" class="dt-note">{L.glossary_none.format(n=n)}</p>')
+    with open(os.path.join(out, fr.ed.prefix, "glossary.html"), "w", encoding="utf-8") as f:
+        f.write(page(fr, "glossary.html", f"{L.glossary_title} — disttutor", "".join(parts)))
     return docs
 
 
-def build_index(chapters, out, page, env) -> None:
+def build_index(fr: Frame, out, page, env, all_chapters) -> None:
     times = {}
     try:
         times = json.load(open(os.path.join(ROOT, "chapters", "build_times.json")))
     except (OSError, ValueError):
         pass
-    what = readme_rows()
-    rows = [{"number": c.number, "title": _esc(c.title), "href": f"chapters/{c.stem}.html", "sections": c.sections,
-             "zh": c.zh, "what": what.get(c.number, ""),
-             "runs": f"{times[c.stem]['seconds']:.0f} s" if c.stem in times else "not measured"} for c in chapters]
-    machines = sorted({f"{t['cores']} CPU cores, {t['gpus']} GPUs, torch {t['torch']}" for t in times.values()})
-    body = env.get_template("index_body.html.j2").render(chapters=rows, machine="; ".join(machines) or "—")
-    with open(os.path.join(out, "index.html"), "w", encoding="utf-8") as f:
-        f.write(page(title="disttutor — PyTorch distributed training, hands-on", body=body))
+    # The zh notebook is the English one's run (same code, same outputs): its time is the English one's.
+    L, what = fr.ed.labels, readme_rows()
+    rows = [{"number": c.number, "title": _esc(fr.titles[c.number]), "href": f"chapters/{c.stem}.html",
+             "sections": c.sections, "zh": c.zh, "what": what.get(c.number, ""),
+             "runs": L.runs.format(s=times[c.stem]["seconds"]) if c.stem in times else L.not_measured}
+            for c in fr.chapters]
+    machines = sorted({L.machine.format(**t) for t in times.values()})
+    untranslated = [c.number for c in all_chapters if c not in fr.chapters]
+    other = (fr.other.prefix + "index.html" if fr.other is not None and fr.other.prefix else None)
+    body = env.get_template(fr.ed.index_template).render(chapters=rows, machine="; ".join(machines) or "—",
+                                                         untranslated=untranslated, total=len(all_chapters),
+                                                         zh_index=other)
+    with open(os.path.join(out, fr.ed.prefix, "index.html"), "w", encoding="utf-8") as f:
+        f.write(page(fr, "index.html", L.site, body))
 
 
-def build(out: str, cache: str) -> str:
+def editions(zh: str | None = None) -> list[tuple[Edition, list]]:
+    """Each edition that has chapters, with its chapter cards in order (the English one always)."""
     from disttutor.course.chapters import CHAPTERS
 
-    stems = {os.path.basename(p)[:-6] for p in glob.glob(os.path.join(ROOT, "chapters", "[0-9][0-9]_*.ipynb"))}
-    chapters = [c for _, c in sorted(CHAPTERS.items()) if c.stem in stems]
-    missing = stems - {c.stem for c in chapters}
-    if missing:
-        raise SystemExit(f"course.py site: no chapter card for {sorted(missing)} in disttutor/course/chapters.py")
+    out = []
+    for ed in (EN, ZH if zh is None else dataclasses.replace(ZH, notebooks=os.path.abspath(zh))):
+        stems = {os.path.basename(p)[:-6] for p in glob.glob(os.path.join(ed.notebooks, "[0-9][0-9]_*.ipynb"))}
+        chapters = [c for _, c in sorted(CHAPTERS.items()) if c.stem in stems]
+        missing = stems - {c.stem for c in chapters}
+        if missing:
+            raise SystemExit(f"course.py site: no chapter card for {sorted(missing)} in disttutor/course/chapters.py")
+        if chapters or ed is EN:
+            out.append((ed, chapters))
+    return out
+
+
+def build(out: str, cache: str, zh: str | None = None) -> str:
+    eds = editions(zh)
+    frames = []
+    for ed, cs in eds:  # each edition's frame knows the other's pages: its language switch links them
+        other = next(((o, pages_of(ocs)) for o, ocs in eds if o is not ed), (None, frozenset()))
+        frames.append(Frame(ed, tuple(cs), *other))
     if os.path.isdir(out) and os.listdir(out):
         # Replaced whole (no stale page survives), but only a folder that holds a site already:
         # a mistyped --out must not delete a folder of the learner's.
         if not os.path.exists(os.path.join(out, "assets", "search-index.js")):
             raise SystemExit(f"course.py site: {out} is not empty and holds no site; pick another --out")
         shutil.rmtree(out)
-    for d in ("chapters", "notebooks/src", "assets/lab"):
-        os.makedirs(os.path.join(out, d), exist_ok=True)
+    os.makedirs(os.path.join(out, "assets", "lab"))
+    for fr in frames:
+        for d in ("chapters", "notebooks/src"):
+            os.makedirs(os.path.join(out, fr.ed.prefix, d), exist_ok=True)
     vendor.install(vendor.HTML_MANAGER, cache, os.path.join(out, "assets", "vendor", "html-manager"))
     vendor.install(vendor.MATHJAX, cache, os.path.join(out, "assets", "vendor", "mathjax"))
-    ex = notebook.exporter()
-    # The lab template's CSS, once for every page (nbconvert would inline 250 kB into each).
-    lab_static = next(os.path.join(p, "static") for p in ex.template_paths
+    exporters = {fr.ed.lang: notebook.exporter(fr.ed.lang) for fr in frames}
+    # The lab template's CSS, once for every page of both editions (nbconvert would inline 250 kB into each).
+    lab_static = next(os.path.join(p, "static") for p in exporters["en"].template_paths
                       if os.path.exists(os.path.join(p, "static", "index.css")))
     for css in ("index.css", "theme-light.css"):
         shutil.copy(os.path.join(lab_static, css), os.path.join(out, "assets", "lab"))
@@ -177,15 +173,16 @@ def build(out: str, cache: str) -> str:
         shutil.copy(os.path.join(HERE, "assets", asset), os.path.join(out, "assets"))
     env = _jinja()
 
-    def page(title, body, root=""):
-        return env.get_template("page.html.j2").render(title=_esc(title), body=body, root=root,
-                                                       topbar=topbar(root), sidebar=sidebar(chapters, root, None))
+    def page(fr, rel, title, body):
+        return env.get_template("page.html.j2").render(title=_esc(title), body=body, root=fr.root(rel),
+                                                       lang=fr.ed.lang, topbar=fr.topbar(rel), sidebar=fr.sidebar(rel),
+                                                       nav=fr.ed.labels.side_chapters)
     docs = []
-    for i, c in enumerate(chapters):
-        d, _ = build_chapter(c, i, chapters, out, ex)
-        docs += d
-    docs += build_glossary(chapters, out, page)
-    build_index(chapters, out, page, env)
+    for fr in frames:
+        for i, c in enumerate(fr.chapters):
+            docs += build_chapter(fr, c, i, out, exporters[fr.ed.lang])[0]
+        docs += build_glossary(fr, out, page)
+        build_index(fr, out, page, env, frames[0].chapters)
     with open(os.path.join(out, "assets", "search-index.js"), "w", encoding="utf-8") as f:
         # A script, not a JSON file to fetch: fetch() is refused on file:// pages, a script is not.
         f.write("window.DT_SEARCH = " + json.dumps(docs, ensure_ascii=False, separators=(",", ":")) + ";\n")
@@ -195,12 +192,13 @@ def build(out: str, cache: str) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(ROOT, "site"), help="the site's folder (default: site/)")
+    p.add_argument("--zh", default=None, help="the Chinese edition's notebooks (default: chapters/zh/)")
     p.add_argument("--cache", default=os.path.join(ROOT, ".site-cache"),
                    help="where the widget renderer's npm tarball is kept (default: .site-cache/)")
     a = p.parse_args(argv)
     t0 = time.monotonic()
     try:
-        index = build(os.path.abspath(a.out), os.path.abspath(a.cache))
+        index = build(os.path.abspath(a.out), os.path.abspath(a.cache), a.zh)
     except vendor.VendorError as e:
         print(f"course.py site: {e}", file=sys.stderr)
         return 1

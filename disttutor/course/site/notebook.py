@@ -4,11 +4,12 @@ The page is nbconvert's JupyterLab HTML (the same cells, outputs and widget stat
 JupyterLab shows) in the site's own frame (``templates/chapter.html.j2``). Before converting, a
 copy of the notebook is adapted for the web:
 
-* links between chapters (``04_ddp.ipynb``) point to the chapter pages;
+* links between chapters (``04_ddp.ipynb``) point to the chapter pages (of the page's own edition,
+  where it has that chapter: ``link`` says where a chapter's page is);
 * a widget whose controls call back into the kernel (a slider that redraws a figure) is drawn
   from its saved state with those controls disabled -- its figure is the one the build saw -- and
-  a line under it says "run the notebook to use this widget". Display-only widgets (progress
-  bars) render as they ended.
+  a line under it (``kernel_note``, in the page's language) says "run the notebook to use this
+  widget". Display-only widgets (progress bars) render as they ended.
 """
 from __future__ import annotations
 
@@ -25,8 +26,6 @@ CONTROL = re.compile(r"(Slider|Dropdown|Button|ToggleButtons|Select|SelectMultip
                      r"Textarea|Combobox|RadioButtons|Play|ColorPicker|DatePicker|BoundedIntText|"
                      r"BoundedFloatText|IntText|FloatText|Password|TagsInput)Model$")
 CHAPTER_LINK = re.compile(r"\]\((\d\d_[A-Za-z0-9_]+)\.ipynb(#[^)\s]*)?\)")
-NEEDS_KERNEL = ("<p class=\"dt-needs-kernel\">This widget is drawn from the state saved when the chapter "
-                "was built; its controls call Python. <strong>Run the notebook to use this widget.</strong></p>")
 
 
 def widget_state(nb) -> dict:
@@ -55,38 +54,42 @@ def needs_kernel(state: dict, model_id: str) -> bool:
     return any(CONTROL.search(state[m].get("model_name", "")) for m in _tree(state, model_id))
 
 
-def _web_markdown(text: str) -> str:
-    return CHAPTER_LINK.sub(lambda m: f"]({m.group(1)}.html{m.group(2) or ''})", text)
+def _web_markdown(text: str, link) -> str:
+    return CHAPTER_LINK.sub(lambda m: f"]({link(m.group(1))}{m.group(2) or ''})", text)
 
 
-def for_the_web(nb):
-    """A copy of ``nb`` adapted as the module docstring says (the committed file is untouched)."""
+def for_the_web(nb, link=lambda stem: f"{stem}.html", kernel_note="Run the notebook to use this widget."):
+    """A copy of ``nb`` adapted as the module docstring says (the committed file is untouched).
+
+    ``link(stem)``: the href of chapter ``stem``'s page from this page; ``kernel_note``: the HTML
+    of the line under a widget that needs the kernel."""
     nb = copy.deepcopy(nb)
     state = widget_state(nb)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = _web_markdown(cell.source)
+            cell.source = _web_markdown(cell.source, link)
         outputs = []
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             if "text/markdown" in data:
-                data["text/markdown"] = _web_markdown(data["text/markdown"])
+                data["text/markdown"] = _web_markdown(data["text/markdown"], link)
             outputs.append(out)
             if WIDGET_VIEW in data and needs_kernel(state, data[WIDGET_VIEW]["model_id"]):
                 for m in _tree(state, data[WIDGET_VIEW]["model_id"]):
                     if CONTROL.search(state[m].get("model_name", "")):
                         state[m]["state"]["disabled"] = True
                 outputs.append({"output_type": "display_data", "metadata": {},
-                                "data": {"text/html": NEEDS_KERNEL}})
+                                "data": {"text/html": f'<p class="dt-needs-kernel">{kernel_note}</p>'}})
         if "outputs" in cell:
             cell.outputs = outputs
     return nb
 
 
-def exporter():
+def exporter(lang: str = "en"):
     from nbconvert import HTMLExporter
 
-    ex = HTMLExporter(template_name="lab", extra_template_paths=[TEMPLATES])
+    # language_code is the page's <html lang> (the lab template writes it).
+    ex = HTMLExporter(template_name="lab", extra_template_paths=[TEMPLATES], language_code=lang)
     ex.template_file = "chapter.html.j2"
     ex.exclude_anchor_links = False
     return ex

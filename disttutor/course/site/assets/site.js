@@ -1,13 +1,17 @@
 // Search over the course, in the browser: window.DT_SEARCH (assets/search-index.js) holds every
 // section's text; each query word must occur (case-insensitive); titles weigh more than text.
+// Both editions are in the index (d.l, the page's language): a page searches its own edition,
+// and the other one only when its own has nothing (the code cells are the same in both).
 (function () {
   "use strict";
   var root = document.body.getAttribute("data-root") || "";
+  var lang = document.documentElement.lang || "en";
   var input = document.getElementById("dt-q");
   var box = document.getElementById("dt-results");
-  var docs = (window.DT_SEARCH || []).map(function (d) {
-    return { t: d.t, u: d.u, x: d.x, lt: d.t.toLowerCase(), lx: d.x.toLowerCase() };
+  var all = (window.DT_SEARCH || []).map(function (d) {
+    return { t: d.t, u: d.u, x: d.x, l: d.l || "en", lt: d.t.toLowerCase(), lx: d.x.toLowerCase() };
   });
+  var own = all.filter(function (d) { return d.l === lang; });
   if (!input || !box) return;
 
   function snippet(d, w) {
@@ -18,6 +22,11 @@
   }
 
   function search(q) {
+    var found = find(q, own);
+    return found.length ? found : find(q, all);
+  }
+
+  function find(q, docs) {
     var words = q.toLowerCase().split(/\s+/).filter(Boolean);
     if (!words.length) return [];
     var hits = [];
@@ -42,7 +51,7 @@
     if (!found.length) {
       var none = document.createElement("div");
       none.className = "dt-none";
-      none.textContent = "nothing found for “" + q + "”";
+      none.textContent = (input.getAttribute("data-none") || "nothing found for ") + "“" + q + "”";
       box.appendChild(none);
     }
     var first = q.toLowerCase().split(/\s+/)[0];
