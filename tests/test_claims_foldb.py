@@ -31,6 +31,9 @@ def test_ch05_rank_layout_and_launchers():
     crossed[1]["RANK"] = "2"  # a rank numbered as if it sat on the other node
     with pytest.raises(AssertionError, match="RANK 2 != GROUP_RANK 0"):
         ch05.check_rank_layout(crossed, reports, 4)
+    twice = [_env(0, 0), _env(0, 0), _env(1, 1), _env(1, 1)]  # two ranks on one number: 0+0+3+3 is 6 too
+    with pytest.raises(AssertionError, match=r"every RANK once: got \[0, 0, 3, 3\]"):
+        ch05.check_rank_layout(twice, reports, 4)
     assert "pid order" in ch05.check_group_rank_order("for i, p in enumerate(sorted(state.participants)):", [10, 12])
     with pytest.raises(AssertionError, match=r"pids by GROUP_RANK \[12, 10\]"):
         ch05.check_group_rank_order("enumerate(sorted(state.participants))", [12, 10])

@@ -86,7 +86,7 @@ print(check_process_groups(pg4.results, group_size=2))  # only my group's member
 # number 1 of the odd group. One subtlety is worth its comment in the program: **`new_group` is
 # itself collective** — every rank must call it, with the same list, in the same order, even ranks
 # that will not be members. What breaks if one rank skips it? `disttutor/programs/skip_new_group.py`
-# has both ranks call `new_group([0, 1])` except rank 1, then all-reduce over the world; each rank
+# has rank 0 call `new_group([0, 1])` and rank 1 skip it, then all-reduce over the world; each rank
 # prints where it is, and a 10-second collective timeout bounds the wait:
 
 # %% tags=["nbval-check-output"]
@@ -423,7 +423,7 @@ print(check_deadlock_ended(dead, timeout_s=3))
 # |---|---|---|---|
 # | naive | everybody → rank 0 adds → rank 0 sends the sum back | `2(n−1)` at rank 0 | `(n−1)·N` (and it receives as much) |
 # | tree | pairs add up in `log₂n` rounds, the total flows back down | `2·log₂n` | `≈ log₂n·N` at the root |
-# | ring | reduce-scatter then all-gather around a ring, `N/n` per message | `2(n−1)` | `2(n−1)/n·N` — *independent of n* |
+# | ring | reduce-scatter then all-gather around a ring, `N/n` per message | `2(n−1)` | `2(n−1)/n·N` — *under 2N for any n* |
 #
 # The ring's bytes per rank barely grow with `n`: that is why it is the bandwidth-optimal choice for
 # large tensors. The picture shows its bookkeeping for 4 ranks: rows are ranks, columns the 4 chunks,
@@ -626,8 +626,9 @@ show_code("disttutor.programs.emulated_link", "ring")
 
 # %% [markdown] id="md-02-34"
 # On such a link the table of section 4 becomes time. The naive root receives `n−1` whole tensors
-# one after another, then sends `n−1`: `2(n−1)·(α + N/β)`. A ring step moves one chunk of `N/n`
-# in both directions at once on every link: `2(n−1)·(α + N/(nβ))`. When the link is bandwidth-bound
+# one after another, then sends `n−1`: `2(n−1)·(α + N/β)`. In a ring step every rank sends one chunk
+# of `N/n` to its next neighbour while it receives one from the previous, every link busy at once:
+# `2(n−1)·(α + N/(nβ))`. When the link is bandwidth-bound
 # (`N/β` far above α) the ring is about `n` times faster. The two runs below use 4 and 8 ranks on a
 # 1 GbE link, more ranks than this machine may have cores: that is fine here, because a rank spends
 # the emulated time asleep, not computing. Where the real loopback message took longer than the

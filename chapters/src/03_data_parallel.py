@@ -155,7 +155,7 @@ if n_gpu == 0:
 # %% [markdown] id="md-03-07"
 # ## 3. The article's training code, corrected
 #
-# `dp.train_dataparallel` is the article's §4.2 loop with the fixes from the table above. It uses
+# `dp.train_dataparallel` is the article's §4.2 loop with the fixes from the callouts above. It uses
 # real DataParallel when at least two GPUs are visible and otherwise trains the plain module (the
 # function says which path it took). Its source, folded:
 

@@ -11,7 +11,7 @@
 #    loopback, exactly as two real machines would be. We read `RANK`, `LOCAL_RANK` and `GROUP_RANK`
 #    on every process, and find out what really decides which node is node 0.
 # 2. **The article's launch** (`python -m torch.distributed.launch` around a script that itself calls
-#    `mp.spawn`): what it actually does on current PyTorch — twice as many processes, clashing ranks —
+#    `mp.spawn`): what it actually does on current PyTorch — `nprocs` times as many processes, clashing ranks —
 #    reproduced safely, and the torchrun form that replaces it.
 # 3. **Launch files for real clusters**, generated from one typed config: a plain torchrun command per
 #    node, a Slurm `sbatch` script and a Kubernetes `PyTorchJob` — each checked by the tool that
@@ -106,8 +106,8 @@ print(format_table(rows))
 
 # %% [markdown] id="md-05-04"
 # Every rank agrees on the layout, and the all-reduces crossed the nodes: each rank counted 2 ranks on
-# each node and a rank sum of 0+1+2+3 = 6 (which is only possible if every `RANK` is distinct and
-# none is missing). For a **homogeneous** job (the same number of processes on every node) torchrun
+# each node and a rank sum of 0+1+2+3 = 6, and the `RANK` column holds each of 0 to 3 exactly once (the
+# check asserts both: a sum alone would not catch two ranks claiming one number, as 0+0+3+3 = 6). For a **homogeneous** job (the same number of processes on every node) torchrun
 # numbers ranks node by node:
 #
 # $$\text{RANK} = \text{GROUP\_RANK} \times \text{LOCAL\_WORLD\_SIZE} + \text{LOCAL\_RANK}$$
@@ -489,7 +489,7 @@ print("bash -n: syntax OK")
 # | `head_addr` = the head's `NodeAddr` from `scontrol show node` | the node *name* (`n1`) did not resolve (`Name or service not known`): rendezvous timeout, FAILED after minutes |
 # | `rdzv_port`: a port free on the head, per job | two jobs with one head met at the fixed port 29500: the second joined the first one's store and died when it ended |
 # | `srun --label`, torchrun's `--tee=3` and its line prefix | the ranks' lines interleaved, with no node or rank |
-# | `--kill-on-bad-exit=1` | (a safeguard) one failed node ends the step on every node at once; without it each agent must notice by itself (with a crashing rank they did, in seconds) |
+# | `--kill-on-bad-exit=1` | each agent must notice a failed node by itself (with a crashing rank they did, in seconds); with it, one failed node ends the step on every node at once: a safeguard |
 # | `--cpus-per-task`: one CPU per process by default; no GPU request by default | 16 CPUs on 2-CPU nodes: PENDING for ever; GPUs on a cluster without them: refused |
 # | `sed -n 1p`, not `head -n 1` | `head` exits after one line: under `pipefail`, scontrol's SIGPIPE ended the job |
 #
@@ -695,8 +695,8 @@ print(*source_lines(dr._BackendRendezvousStateHolder._sanitize, "expire_time = d
 # * Going multi-node changes how processes start and meet, not the training code.
 # * Every node runs the same torchrun command; with the c10d rendezvous `--node-rank` is ignored and the agents are numbered when they meet (`--rdzv-backend=static` fixes the order).
 # * RANK = GROUP_RANK × processes per node + LOCAL_RANK; `LOCAL_RANK` picks the GPU.
-# * One launcher only: torchrun starts the processes; a script that also calls `mp.spawn` doubles them.
-# * What one machine cannot show — interfaces, firewalls, InfiniBand — is what a rendezvous that never forms comes down to.
+# * One launcher only: torchrun starts the processes; a script that also calls `mp.spawn` multiplies them (`nprocs` each).
+# * What one machine cannot show — network interfaces, firewalls — is what a rendezvous that never forms comes down to (InfiniBand matters after it, for NCCL's data path).
 
 # %% [markdown] id="md-05-32" tags=["question"]
 # ## Check your understanding

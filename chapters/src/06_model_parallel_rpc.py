@@ -10,7 +10,7 @@
 #            ◀── grad ───────────────◀── grad ───────────────────◀── grad ──────────────────┘
 # ```
 #
-# This chapter does it twice, on real processes:
+# This chapter does it twice, on real processes, then says where RPC stands:
 #
 # 1. **Plain model parallelism** with point-to-point messages: each rank holds a slice of an MLP,
 #    sends its activations forward and the gradients backward. We time every rank and *see* the

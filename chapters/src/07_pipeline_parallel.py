@@ -141,7 +141,7 @@ plt.show()
 
 # %% [markdown] id="md-07-06"
 # The grey hatched area is time a rank holds a stage of the model and does nothing. For GPipe and
-# 1F1B it is (p − 1) slots at the start and (p − 1) at the end out of (m + p − 1) per rank:
+# 1F1B each rank idles p − 1 of its m + p − 1 forward slots and p − 1 of its m + p − 1 backward slots:
 #
 # $$\text{bubble} = \frac{p-1}{m+p-1}$$
 #
@@ -514,7 +514,7 @@ if not quiet:
 
 # %% [markdown] id="md-07-22"
 # `benchmarks/bench_pipeline.py` makes the same comparison with one launch per configuration (GPipe
-# and 1F1B on 4 ranks for m = 4, 8, 16) and prints the model's error too; `benchmarks/bench_effects.py`
+# and 1F1B on 4 ranks for m = 4, 8, 16) and prints the bubble model's error too; `benchmarks/bench_effects.py`
 # repeats this section's sizing and reports the bubble's fall next to the load average.
 #
 # ## 5. Two traps, reproduced safely

@@ -170,8 +170,8 @@ for src in dict.fromkeys(r.source for r in amp_reported.ROWS):
 
 # %% [markdown] id="md-08-09"
 # **Clipping with a scaler: the order matters.** With the scaler enabled (fp16's case), gradients
-# are `2**16` times too large until `unscale_`. Clip before that and every gradient is cut to the
-# threshold *in scaled units* — i.e. to 1/65536 of what you meant. Checked here with a real
+# are `2**16` times too large until `unscale_`. Clip before that and the gradients' total norm is cut
+# to the threshold *in scaled units* — i.e. to 1/65536 of what you meant. Checked here with a real
 # `GradScaler` (it works on CPU too):
 
 # %% tags=["nbval-check-output"]
@@ -776,7 +776,7 @@ print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 # * Mixed precision: `torch.autocast(device_type=...)`, and a `GradScaler` only for fp16; its speed-up needs hardware with fast low-precision math.
 # * Accumulating k micro-batches equals one k-times-larger batch when each loss is divided by k; `no_sync()` cuts the all-reduces from k to 1 per step.
 # * A communication hook changes what DDP sends (fp16: half the bytes) — and what is lost in rounding.
-# * Buckets, `gradient_as_bucket_view` and `static_graph` trade memory and flexibility for overlap: measure before and after.
+# * Bucket size, `gradient_as_bucket_view` and `static_graph` are trade-offs, not free wins (per-message latency against overlap; one copy of the gradients saved; flexibility given up): measure before and after.
 # * `DistributedSampler` with loader workers still hands every sample out exactly once per epoch.
 
 # %% [markdown] id="md-08-31" tags=["question"]

@@ -313,8 +313,8 @@ print(f"activation checkpointing: activations at the peak {mem[0]['True + activa
 print(check_fsdp_memory(mem, block_bytes, root_bytes, max(r["ac_vs_no_ac"] for r in F2)))
 
 # %% [markdown] id="md-11-11"
-# On a real model the blocks dominate: a 32-block model resharded keeps 1/32 of the weights full at a
-# time instead of all of them, which is why `reshard_after_forward=True` is the default. Common
+# On a real model the blocks dominate: a 32-block model resharded keeps one block's weights (1/32 of the
+# blocks') full at a time instead of all of them, which is why `reshard_after_forward=True` is the default. Common
 # practice (torchtitan) sets it `False` for the *last* block only: backward needs that block first,
 # so freeing and re-gathering it would be wasted bytes. Activation checkpointing trades compute (one
 # more forward per block) for activation memory, the largest term at long sequence lengths.

@@ -191,8 +191,9 @@ def _():
     return ("`backward` *adds* into `.grad`: k backwards of mean losses leave the sum of k mean gradients, k "
             "times the gradient of the mean over all k·b samples. Dividing each loss by k makes the step the one "
             "a k-times-larger batch would take. Without it plain SGD takes a k-times larger step (the learning "
-            "rate silently multiplied by k); Adam divides by the gradient's own size, so it barely changes — "
-            "the bug hides, until weight decay, gradient clipping thresholds or a switch of optimizer expose it.")
+            "rate silently multiplied by k); AdamW, like Adam, divides by the gradient's own size, so its step "
+            "barely changes (up to its ε) — the bug hides, until a gradient clipping threshold, an L2 term in the "
+            "loss or a switch of optimizer exposes it.")
 
 
 @_answer("8.q3")

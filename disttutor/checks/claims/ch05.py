@@ -13,13 +13,15 @@ def _layout_ok(e: Mapping[str, str]) -> bool:
 
 def check_rank_layout(envs: Sequence[Mapping[str, str]], reports: Sequence[Mapping[str, Any]], world: int) -> str:
     """RANK = GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK on every rank; the all-reduces crossed the nodes (2 ranks
-    counted on each node, ranks summing to 0+1+...); one store (MASTER_ADDR:MASTER_PORT) for the whole job."""
+    counted on each node, ranks summing to 0+1+...); each RANK once; one store (MASTER_ADDR:MASTER_PORT) for the whole job."""
     for e, rep in zip(envs, reports):
         claim(_layout_ok(e), f"RANK {e['RANK']} != GROUP_RANK {e['GROUP_RANK']} x LOCAL_WORLD_SIZE "
                              f"{e['LOCAL_WORLD_SIZE']} + LOCAL_RANK {e['LOCAL_RANK']}")
         claim(rep["ranks_per_node"] == [2.0, 2.0] and rep["rank_sum"] == sum(range(world)),
               f"rank {e['RANK']}: ranks per node {rep['ranks_per_node']}, rank sum {rep['rank_sum']} "
               f"(expected [2, 2] and {sum(range(world))})")
+    ranks = sorted(int(e["RANK"]) for e in envs)  # the sum alone would pass 0, 0, 3, 3
+    claim(ranks == list(range(world)), f"every RANK once: got {ranks}, expected 0..{world - 1}")
     stores = {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}
     claim(len(stores) == 1, f"every rank should meet at one store: {stores}")
     return f"RANK == GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK holds on all {world} ranks"
