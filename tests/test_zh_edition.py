@@ -85,6 +85,9 @@ def test_zh_code_cells_and_outputs_are_the_english_ones(n):
         [c["id"] for c in en if c["cell_type"] == "markdown"]
 
 
+CJK = "[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"
+
+
 def _headings(md: str) -> list[int]:
     body = re.sub(r"```.*?```", "", md, flags=re.S)
     return [len(m[1]) for m in re.finditer(r"^(#{1,6}) ", body, re.M)]
@@ -106,6 +109,12 @@ def test_translations_keep_the_markdown_structure_and_every_code_block(n):
             bad.append(f"{e.key}: headings {_headings(e.text)} vs the English {_headings(en)}")
         if _fences(e.text) != _fences(en):
             bad.append(f"{e.key}: a code block differs from the English one (code is never translated)")
+        # a line break inside a Chinese paragraph renders as a stray space between two characters
+        prose_lines = re.sub(r"```.*?```", "", e.text, flags=re.S).split("\n")
+        for a, b in zip(prose_lines, prose_lines[1:]):
+            if re.search(CJK + "$", a) and re.match(r"\s*" + CJK, b) and not a.lstrip().startswith(("|", "#")):
+                bad.append(f"{e.key}: a line break inside a paragraph, after …{a[-12:]}")
+                break
         if not re.search(r"[\u4e00-\u9fff]", e.text) and re.search(r"[A-Za-z]{3,} [a-z]{3,} [a-z]{3,}",
                                                                       zh_terms.prose(e.text)):  # English prose left
             bad.append(f"{e.key}: no Chinese in it: {e.text[:60]!r}")
