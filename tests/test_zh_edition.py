@@ -213,3 +213,20 @@ def test_a_stored_reveal_reads_in_chinese_with_the_runs_own_value_and_explanatio
     assert "**12**" in zh and "12 buckets were all-reduced." in zh and "你还没有做预测" in zh
     with pytest.raises(ValueError, match="rebuild the English chapter"):
         shape.reveal_in("You predicted **3**", "zh")
+
+
+def test_a_zh_notebook_is_graded_as_the_english_one(tmp_path):
+    """Same cells, same grade_ids: `disttutor grade` finds the learner's code in a zh notebook too
+    (exercise 1.1: its checker runs no ranks)."""
+    import shutil
+    import subprocess
+
+    for who, src in (("zh", translate.zh_path(1)), ("en", translate.english_path(1))):
+        (tmp_path / "class" / who).mkdir(parents=True)
+        shutil.copy(src, tmp_path / "class" / who)
+    r = subprocess.run([sys.executable, "-m", "disttutor.course.grade", str(tmp_path / "class"), "--exercises", "1.1"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)))
+    rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith(("zh ", "en "))}
+    assert set(rows) == {"zh", "en"}, r.stdout + r.stderr
+    assert rows["zh"].split(None, 1)[1] == rows["en"].split(None, 1)[1] and "still a stub" in rows["zh"], rows
