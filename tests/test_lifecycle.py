@@ -14,8 +14,13 @@ import time
 
 import psutil
 
+# A SIGINT during a cell is a KeyboardInterrupt because ipykernel installs Python's default handler
+# while a cell runs. The stand-in does the same: a process started in the background by a shell
+# without job control (`cmd &` in a script, as a CI runner may do) inherits SIGINT *ignored*, and
+# Python then keeps ignoring it, so without this line the interrupt would never arrive.
 KERNEL = textwrap.dedent("""
-    import sys, disttutor
+    import signal, sys, disttutor
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         disttutor.launch("hello", 2, {"skip_rank": 1}, collective_timeout=300, timeout=300,
                          run_dir=sys.argv[1])
