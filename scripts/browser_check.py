@@ -205,9 +205,12 @@ class Page:
         Run All stops at the first cell that raises, so "kernel idle but a cell never ran" is
         the failure signal (tracebacks of deliberately crashed ranks are ordinary output here).
         """
-        self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-        self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-        deadline, idle_since = time.monotonic() + timeout_s, None
+        def click_run_all():
+            self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+            self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+        click_run_all()
+        deadline, idle_since, clicks = time.monotonic() + timeout_s, None, 1
         time.sleep(2)
         while time.monotonic() < deadline:
             prompts, idle = self.page.evaluate(
@@ -217,6 +220,13 @@ class Page:
             if all(done):
                 return None
             idle_since = (idle_since or time.monotonic()) if idle == "idle" else None
+            if idle_since and time.monotonic() - idle_since > 5 and not any(done) and clicks < 3:
+                # Not one cell ran, not even with an error (that would number it): the click landed
+                # while the kernel was still starting (seen once under load). Click again.
+                click_run_all()
+                clicks, idle_since = clicks + 1, None
+                time.sleep(2)
+                continue
             if idle_since and time.monotonic() - idle_since > 5:
                 last = done.index(False) - 1
                 text = self.page.locator(".jp-CodeCell").nth(max(last, 0)).inner_text().strip().splitlines()
