@@ -25,6 +25,7 @@ notebook matches its source and carries outputs.
     python scripts/build_notebooks.py chapters/src/04_ddp.py   # this script, in the current environment
     python scripts/build_notebooks.py --metadata-only          # cell metadata only (tags, nbgrader), no run
     python scripts/build_notebooks.py --glossary-only          # the glossary cell's output only, no run
+    python scripts/build_notebooks.py --markdown-only NN.py    # markdown cells only, no run (code unchanged)
 """
 from __future__ import annotations
 
@@ -115,7 +116,9 @@ def cell_metadata(c: dict) -> dict:
     before the learner has written anything (``disttutor grade`` does the grading).
     """
     meta: dict = {"tags": list(c["tags"])} if c["tags"] else {}
-    if "deeper" in c["tags"]:  # folded material: JupyterLab shows the cell's input collapsed
+    if "deeper" in c["tags"] or "proof" in c["tags"]:
+        # folded material, or a proof cell (a check of a claim, one printed line): JupyterLab shows
+        # the cell's input collapsed, the web edition behind a toggle; nbval still runs it
         meta["jupyter"] = {"source_hidden": True}
     if c["type"] != "code":
         return meta
@@ -130,6 +133,36 @@ def cell_metadata(c: dict) -> dict:
         meta["nbgrader"] = {"grade": False, "grade_id": f"check-{called[0]}", "locked": True,
                             "schema_version": 3, "solution": False}
     return meta
+
+
+def refresh_markdown(src: str) -> None:
+    """Take the source's markdown cells into a committed notebook without executing it again.
+
+    Only when every code cell is unchanged (same sources, same order): markdown produces no output,
+    so the committed outputs are still exactly what this code printed. Anything else is refused.
+    """
+    import nbformat
+
+    path = notebook_path(src)
+    nb = nbformat.read(path, as_version=4)
+    want = parse(open(src).read())
+    code = lambda cells: [c for c in cells if c[0] == "code"]  # noqa: E731
+    have = [(c.cell_type, c.source) for c in nb.cells]
+    new = [(c["type"], c["source"]) for c in want]
+    if code(have) != code(new):
+        raise SystemExit(f"{os.path.relpath(path, ROOT)}: a code cell changed: execute it instead")
+    cells, old_code = [], iter([c for c in nb.cells if c.cell_type == "code"])
+    for i, c in enumerate(want):
+        cell = next(old_code) if c["type"] == "code" else nbformat.v4.new_markdown_cell(c["source"])
+        cell["id"] = c["id"] or f"cell-{i:03d}"  # the ids build() gives
+        cells.append(cell)
+    nb.cells = cells
+    for cell, c in zip(nb.cells, want):
+        cell.metadata.pop("tags", None)
+        cell.metadata.pop("nbgrader", None)
+        cell.metadata.pop("jupyter", None)
+        cell.metadata.update(cell_metadata(c))
+    nbformat.write(nb, path)
 
 
 def refresh_metadata(src: str) -> None:
@@ -310,7 +343,8 @@ def execute(src: str) -> float:
 def main(paths: list[str]) -> int:
     metadata_only = "--metadata-only" in paths
     glossary_only = "--glossary-only" in paths
-    paths = [p for p in paths if p not in ("--metadata-only", "--glossary-only")]
+    markdown_only = "--markdown-only" in paths
+    paths = [p for p in paths if p not in ("--metadata-only", "--glossary-only", "--markdown-only")]
     srcs = []
     for p in paths or sorted(glob.glob(os.path.join(ROOT, "chapters", "src", "[0-9][0-9]_*.py"))):
         if p.endswith(".ipynb"):  # accept the notebook's path too
@@ -320,6 +354,11 @@ def main(paths: list[str]) -> int:
         for s in srcs:
             refresh_glossary_only(s)
         print(f"glossary outputs refreshed in {len(srcs)} notebook(s)")
+        return 0
+    if markdown_only:
+        for s in srcs:
+            refresh_markdown(s)
+        print(f"markdown cells (and metadata) refreshed in {len(srcs)} notebook(s), nothing re-run")
         return 0
     if metadata_only:
         for s in srcs:

@@ -1,0 +1,82 @@
+"""The learner's page: what a learner reads in a committed chapter follows CONTRIBUTING.md's rules.
+
+Two layers: learner cells (what a learner would write, and its short printed output) and *proof* cells
+(tag ``proof``; input collapsed; one printed line). ``scripts/learner_view.py`` counts; this file enforces
+what can be counted. Rules that hold for every chapter are checked on every chapter; the rules of a
+rewritten page (line length, sentences per cell, word budget, the plain torch API before the course's
+first launch) are checked on the chapters listed in ``REWRITTEN`` -- a chapter joins the list when its
+page is rewritten, and the list only grows. Reads committed notebooks only: launches nothing (< 2 s).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import learner_view as lv  # noqa: E402
+
+NOTEBOOKS = lv.notebooks("en")
+ZH = lv.notebooks("zh")
+# Chapters whose page has been rewritten as two layers (the rules below hold for them in full).
+REWRITTEN: set[str] = set()
+IDS = [os.path.basename(p)[:2] for p in NOTEBOOKS]
+
+
+def _views():
+    return {os.path.basename(p)[:2]: lv.chapter_view(p) for p in NOTEBOOKS}
+
+
+VIEWS = _views()
+
+
+@pytest.mark.parametrize("ch", IDS)
+def test_a_proof_cell_is_collapsed_and_prints_one_line(ch):
+    v = VIEWS[ch]
+    assert v["proof_shown"] == 0, f"chapter {ch}: {v['proof_shown']} proof cell(s) with the input shown " \
+                                  "(python scripts/build_notebooks.py --metadata-only)"
+    many = [(i, n) for i, n in v["proof_lines"] if n > 1]
+    assert not many, f"chapter {ch}: proof cells print one line (the claim and its value); cell, lines: {many}"
+
+
+@pytest.mark.parametrize("ch", sorted(REWRITTEN))
+def test_a_rewritten_page_keeps_its_rules(ch):
+    v = VIEWS[ch]
+    assert not v["internal"], f"chapter {ch}: how the course is built or tested reaches the learner: {v['internal']}"
+    assert not v["long_lines"], f"chapter {ch}: printed lines over {lv.MAX_LINE_WORDS} words: " \
+                                f"{[(i, ln[:80]) for i, ln in v['long_lines']]}"
+    assert not v["wordy_cells"], f"chapter {ch}: cells printing more than {lv.MAX_SENTENCES} sentences: " \
+                                 f"{v['wordy_cells']}"
+    assert v["words"] <= lv.CHAPTER_WORDS, f"chapter {ch}: {v['words']} words to read (markdown + printed), " \
+                                           f"budget {lv.CHAPTER_WORDS}"
+    if v["first_launch_cell"] is not None and v["first_api_cell"] is not None:
+        assert v["first_api_cell"] < v["first_launch_cell"], \
+            f"chapter {ch}: the course's first launch (cell {v['first_launch_cell']}) comes before the plain " \
+            f"torch.distributed code a learner would write (cell {v['first_api_cell']})"
+
+
+def test_the_zh_edition_has_the_same_proof_cells():
+    """The zh notebooks are built from the English run: the same cells are proof cells, collapsed."""
+    for en, zh in zip(NOTEBOOKS, ZH):
+        a, b = json.load(open(en))["cells"], json.load(open(zh))["cells"]
+        pa = [i for i, c in enumerate(a) if lv.is_proof(c)]
+        pb = [i for i, c in enumerate(b) if lv.is_proof(c)]
+        assert pa == pb, f"{os.path.basename(zh)}: proof cells differ from the English ({pa} vs {pb})"
+
+
+def test_the_detectors_catch_what_they_name():
+    """Each counter on a made-up chapter: a wrong page is caught, a right one passes."""
+    assert lv.INTERNAL.search("Target (issue 23): met") and lv.INTERNAL.search("see tests/test_ch04_ddp.py")
+    assert lv.INTERNAL.search("checked by nbval") and lv.INTERNAL.search("measured on the build machine")
+    assert not lv.INTERNAL.search("the rank that issued the collective") and not lv.INTERNAL.search("CIFAR")
+    assert lv.long_literals('print(f"the ratio is {r:.2f}, which means the overlap hides most of the time")')
+    assert not lv.long_literals('print(f"ratio {r:.2f}")')
+    assert lv.TORCH_API.search("dist.all_reduce(x)") and lv.TORCH_API.search("model = DDP(model)")
+    assert not lv.TORCH_API.search("res = disttutor.launch('hello', nproc=2)")
+    cell = {"cell_type": "code", "metadata": {"tags": ["proof"]}, "source": "print(check_x(res))",
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": "ok: one\nand two\n"}]}
+    assert lv.is_proof(cell) and lv.printed(cell).splitlines() == ["ok: one", "and two"]
+    assert lv.sentences("One. Two. Three. Four.") == 4 and lv.words("rank 0 sent 4 bytes") == 5
