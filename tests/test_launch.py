@@ -28,6 +28,10 @@ def test_hello_allreduce_matches_single_process_sum(no_leftovers):
     assert all(any("after all_reduce" in ln for ln in r.log) for r in res.ranks)
     table = res.table("before", "after")
     assert table.splitlines()[0].split() == ["rank", "status", "before", "after"]
+    # The line a learner would type for the same job: plain torchrun, none of the launcher's plumbing.
+    assert res.command == "torchrun --nproc-per-node=4 -m disttutor.programs.hello"
+    res2 = disttutor.launch("hello", 2, {"size": 2}, stream=False, timeout=90)
+    assert res2.command == "torchrun --nproc-per-node=2 -m disttutor.programs.hello --size 2"
 
 
 def test_hung_collective_fails_within_collective_timeout_naming_ranks(no_leftovers):

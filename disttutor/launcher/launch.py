@@ -27,6 +27,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -168,6 +169,18 @@ def _torchrun_argv(target: list[str], argv: list[str], nproc: int, nnodes: int, 
     if nnodes > 1:
         cmd.append(f"--node-rank={node}")
     return cmd + target + argv
+
+
+def plain_command(target: list[str], argv: list[str], nproc: int, nnodes: int = 1) -> str:
+    """The ``torchrun`` line a learner would type for the same job (on one machine, in a terminal).
+
+    What launch() runs adds only plumbing to it: stores on loopback, ``--tee`` for the cell's
+    prefixes, the course's timeouts around a script (``disttutor.rank.user_script``).
+    """
+    if target[:2] == ["-m", "disttutor.rank.user_script"]:  # a learner's script runs as itself
+        target = [os.path.relpath(target[2]) if not os.path.relpath(target[2]).startswith("..") else target[2]]
+    nodes = [f"--nnodes={nnodes}", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29500"] if nnodes > 1 else []
+    return shlex.join(["torchrun", f"--nproc-per-node={nproc}", *nodes, *target, *argv])
 
 
 def _pump(idx: int, stream, q: "queue.Queue[tuple[int, str | None]]") -> None:
@@ -317,6 +330,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
     for p in procs:
         p.wait()
     result = collect(name, nproc, nnodes, [p.returncode for p in procs], logs, agent_log, run_dir, wall, outcome)
+    result.command = plain_command(target, argv, nproc, nnodes)
     if outcome == "timeout":
         err = LaunchTimeout(result, f"timed out after {timeout:g}s")
     elif outcome == "interrupted":

@@ -61,6 +61,7 @@ class RunResult:
     agent_log: list[str]
     run_dir: str
     outcome: str = "finished"  # "finished", "timeout" or "interrupted"
+    command: str = ""  # the plain torchrun line that runs the same job (see launch.plain_command)
 
     @property
     def ok(self) -> bool:
