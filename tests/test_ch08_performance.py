@@ -90,7 +90,10 @@ def test_hooks_bytes_and_amp_losses(no_leftovers):
     assert rows["allreduce"]["bytes_per_step"] == g
     assert rows["fp16"]["bytes_per_step"] == rows["learner"]["bytes_per_step"] == g / 2
     assert rows["powersgd"]["bytes_per_step"] < g / 4
-    # Exercise 8.2's solution does fp16_compress_hook's arithmetic: the same losses, step by step.
+    # Exercise 8.2's solution runs fp16_compress_hook's operations in the same order (cast to fp16, divide
+    # by the world size in fp16, all-reduce, copy back): the same bits on any CPU, so the same losses, step
+    # by step. (Dividing in fp32 before the cast rounds differently: on AVX-512 the losses then differ in
+    # the 8th digit.)
     assert rows["learner"]["loss"] == rows["fp16"]["loss"]
     assert all(r["replicas_equal"] for r in rows.values())
     amp = disttutor.launch("amp", 2, AMPConfig(steps=6), stream=False, timeout=300).results[0]
@@ -161,7 +164,8 @@ def test_exercise_8_2_stub_and_mistake_fail(no_leftovers):  # the solution passe
     r = check_compress_hook(notebook_cell("def fp16_compress_hook"))
     assert not r.passed and "still a stub -- Exercise 8.2" in str(r)
     # Forgetting to average: the sum of 2 ranks' gradients doubles every step's size.
-    no_mean = open(SOL2).read().replace("(buffer / dist.get_world_size())", "buffer")
+    no_mean = open(SOL2).read().replace(".div_(dist.get_world_size())", "")
+    assert no_mean != open(SOL2).read()
     r = check_compress_hook(no_mean)
     assert not r.passed and "loss" in str(r), str(r)
 

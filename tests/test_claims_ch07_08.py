@@ -89,3 +89,49 @@ def test_hook_bytes_and_bucket_views_name_the_wrong_count():
     assert "one copy of the gradients" in check_bucket_view(bv)
     with pytest.raises(AssertionError, match="save exactly one copy"):
         check_bucket_view({**bv, True: dict(bv[True], held_bytes=12000)})  # views that still copy
+
+
+def test_chapter_8_page_claims_name_what_failed():
+    """The one-line proofs of chapter 8's page: each passes on a good run and names the wrong value."""
+    from disttutor.checks.claims import ch08
+
+    amp = {"loss_fp32": [1.0, 0.5], "loss_amp": [1.001, 0.5005], "any_param_identical": False}
+    assert "no parameter bit-identical" in ch08.check_amp_rounding(amp)
+    with pytest.raises(AssertionError, match="autocast did not run"):
+        ch08.check_amp_rounding(dict(amp, any_param_identical=True))
+    with pytest.raises(AssertionError, match="over 2 % of the loss"):
+        ch08.check_amp_rounding(dict(amp, loss_amp=[1.0, 0.6]))
+
+    assert "1/65536" in ch08.check_clip_order(1.0, 1.0)
+    with pytest.raises(AssertionError, match="clip then unscale"):
+        ch08.check_clip_order(1.0, 65536.0)  # clipped in true units both ways: the order made no difference
+
+    rows = [{"cap_mb": c, "buckets": b, "max_err": 1e-8} for c, b in ((0.5, 6), (2, 3), (25, 1))]
+    assert "[6, 3, 1]" in ch08.check_bucket_sweep([{"rows": rows}])
+    with pytest.raises(AssertionError, match="fall to 1"):
+        ch08.check_bucket_sweep([{"rows": [dict(r, buckets=2) for r in rows]}])
+    with pytest.raises(AssertionError, match="changed the gradients"):
+        ch08.check_bucket_sweep([{"rows": [dict(r, max_err=1e-3) for r in rows]}])
+
+    probe = [{"time_s": 0.06, "model_s": 0.05}]
+    assert "not asserted" in ch08.check_probe(probe, 0.3, 0.0, quiet=False)
+    with pytest.raises(AssertionError, match="off by"):
+        ch08.check_probe(probe, 0.3, 0.0, quiet=True)
+    with pytest.raises(AssertionError, match="beat the emulated"):
+        ch08.check_probe([{"time_s": 0.04, "model_s": 0.05}], 0.0, 0.0, quiet=False)
+
+    assert ch08.check_faster("step", "a", 0.1, "b", 0.2, True) == "step: a 100 ms < b 200 ms (asserted: quiet machine)"
+    assert ">=" in ch08.check_faster("step", "a", 0.3, "b", 0.2, False)   # a busy machine: stated, not asserted
+    with pytest.raises(AssertionError, match="should be under"):
+        ch08.check_faster("step", "a", 0.3, "b", 0.2, True)
+
+    comp = {"fp32": {"bytes_per_step": 4000}, "fp16": {"bytes_per_step": 2000}, "powersgd": {"bytes_per_step": 100}}
+    assert "exactly half" in ch08.check_link_bytes(comp)
+    with pytest.raises(AssertionError, match="exactly half"):
+        ch08.check_link_bytes(dict(comp, fp16={"bytes_per_step": 4000}))
+
+    sg = {True: {"max_err": 1e-8}, False: {"max_err": 0.5}}
+    assert "wrong gradients" in ch08.check_static_graph(sg)
+    assert "DDP raised" in ch08.check_static_graph({**sg, False: {"error": "x"}})
+    with pytest.raises(AssertionError, match="torch handled it"):
+        ch08.check_static_graph({**sg, False: {"max_err": 1e-8}})

@@ -125,8 +125,8 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="core", minutes=20),
     Exercise("8.2", 8, "a gradient-compression communication hook", "fp16_compress_hook",
              "disttutor.checks.perf:check_compress_hook", "solutions/ex8_2_compress_hook.py",
-             ("Divide by the world size BEFORE converting to fp16 (the sum of n fp16 gradients can overflow), "
-              "then dist.all_reduce(t, async_op=True).get_future().",
+             ("Cast bucket.buffer() to fp16, divide it by the world size (before summing: no overflow), then "
+              "dist.all_reduce(t, async_op=True).get_future().",
               "fut.then(fn) runs fn(fut) when the all-reduce is done: copy fut.value()[0] back into "
               "bucket.buffer() and return the buffer."),
              difficulty="core", minutes=25),

@@ -188,23 +188,26 @@ def _():
 
 @_answer("8.q2")
 def _():
-    return ("`backward` *adds* into `.grad`: k backwards of mean losses leave the sum of k mean gradients, k "
-            "times the gradient of the mean over all k·b samples. Dividing each loss by k makes the step the one "
-            "a k-times-larger batch would take. Without it plain SGD takes a k-times larger step (the learning "
-            "rate silently multiplied by k); AdamW, like Adam, divides by the gradient's own size, so its step "
-            "barely changes (up to its ε) — the bug hides, until a gradient clipping threshold, an L2 term in the "
-            "loss or a switch of optimizer exposes it.")
+    # Markdown soft-wraps the "\n" between lines: the answer reads as one paragraph, in lines short enough to scan.
+    return ("`backward` *adds* into `.grad`: k backwards of mean losses leave k times the mean gradient over all\n"
+            "k·b samples, so dividing each loss by k gives the step of one k-times-larger batch.\n"
+            "Forget it and SGD steps k times too far (the learning rate silently multiplied by k);\n"
+            "AdamW divides by the gradient's own size, so its step barely changes (up to its ε): the bug hides\n"
+            "until a clipping threshold, an L2 term in the loss or another optimizer exposes it.")
 
 
 @_answer("8.q3")
 def _():
     n = 25e6
     tiny, cut = 2.0 ** -24, 2.0 ** -25
-    return (f"fp32: {4 * n / 1e6:.0f} MB per all-reduce, fp16: **{2 * n / 1e6:.0f} MB** — half the bytes "
-            f"(the division by the world size happens before the cast, so the sum does not overflow). The "
-            f"smallest positive fp16 number is the subnormal 2⁻²⁴ = {tiny:.2e}; round-to-nearest sends anything "
-            f"up to half of it, 2⁻²⁵ = **{cut:.2e}**, to zero. Gradients that small are lost, which is one "
-            "reason bf16 (fp32's exponent range, 7 stored mantissa bits) is preferred where the hardware has it.")
+    # fp16's largest finite value is (2 - 2**-10) * 2**15 = 65504; from half an ulp above it (2**4) a cast rounds to inf
+    inf_from = (2 - 2.0 ** -10) * 2.0 ** 15 + 2.0 ** 4
+    return (f"fp32: {4 * n / 1e6:.0f} MB per all-reduce, fp16: **{2 * n / 1e6:.0f} MB**. torch's `fp16_compress_hook`\n"
+            "casts the bucket to fp16, then divides by the world size, both before the all-reduce, so the sum stays\n"
+            f"in range (a gradient of {inf_from:.0f} or more already overflows in the cast).\n"
+            f"fp16's smallest positive number is the subnormal 2⁻²⁴ = {tiny:.2e}; anything up to half of it,\n"
+            f"2⁻²⁵ = **{cut:.2e}**, rounds to zero and is lost: one reason to prefer bf16 (fp32's exponent range)\n"
+            "where the hardware has it.")
 
 
 @_answer("9.q2")

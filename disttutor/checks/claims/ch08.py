@@ -78,3 +78,71 @@ def check_bucket_view(bv: Mapping[bool, Mapping[str, Any]]) -> str:
     worst = max(v["max_err"] for v in bv.values())
     claim(worst < 1e-5, f"the same numbers as one process expected: {worst:.2e}")  # fp32 sums in another order
     return f"saved: {saved / 2**20:.1f} MiB = one copy of the gradients"
+
+
+def check_amp_rounding(run: Mapping[str, Any]) -> str:
+    """fp32 and autocast trained alike (every per-step loss within 2 % of the loss: bf16 keeps ~3 significant
+    digits, so more would mean the runs trained differently) and not identically (no parameter bit-identical:
+    the lower precision really ran)."""
+    diff = max(abs(p - q) for p, q in zip(run["loss_fp32"], run["loss_amp"]))
+    claim(diff < 0.02 * max(run["loss_fp32"]), f"a per-step loss differs by {diff:.2e}, over 2 % of the loss")
+    claim(not run["any_param_identical"], "a parameter is bit-identical to fp32's: autocast did not run")
+    return f"checked: losses within 2 % (largest difference {diff:.1e}), no parameter bit-identical to fp32's"
+
+
+def check_clip_order(right: float, wrong_scaled: float) -> str:
+    """Unscale then clip gives the asked-for norm 1.0; clip then unscale leaves 1/65536 of it (the threshold
+    applied in scaled units). 1e-4 / 1e-3: float32 norms of 9 numbers, far finer than the effect."""
+    claim(abs(right - 1.0) < 1e-4, f"unscale then clip should give norm 1.0, got {right}")
+    claim(abs(wrong_scaled - 1.0) < 1e-3, f"clip then unscale should give 1/65536, got {wrong_scaled} / 65536")
+    return "checked: unscale then clip gives norm 1.0; clip then unscale gives 1/65536 of it"
+
+
+def check_bucket_sweep(results: Sequence[Mapping[str, Any]]) -> str:
+    """The bucket count falls as bucket_cap_mb grows, down to one bucket, and every bucket size gives the
+    single-process gradients (fp32 sums of 2 ranks in another order: ~1e-7 relative; 1e-5 absolute on O(1e-2))."""
+    rows = results[0]["rows"]
+    caps, buckets = [r["cap_mb"] for r in rows], [r["buckets"] for r in rows]
+    claim(caps == sorted(caps) and buckets == sorted(buckets, reverse=True) and buckets[0] > buckets[-1] == 1,
+          f"bucket counts should fall to 1 as the cap grows: caps {caps}, buckets {buckets}")
+    worst = max(r["max_err"] for res in results for r in res["rows"])
+    claim(worst < 1e-5, f"a bucket size changed the gradients: {worst:.2e} from one process")
+    return f"checked: buckets {buckets} as the cap grows; every size gives the single-process gradients"
+
+
+def check_probe(probe: Sequence[Mapping[str, Any]], alpha_err: float, beta_err: float, quiet: bool) -> str:
+    """The emulated time is a floor for every size (1 %: timer resolution); on a quiet machine alpha and beta
+    fitted back from the probe are within 10 % of the link's."""
+    claim(all(r["time_s"] >= 0.99 * r["model_s"] for r in probe), "a transfer beat the emulated link's time")
+    if quiet:
+        claim(alpha_err < 0.1 and beta_err < 0.1, f"fitted alpha/beta off by {alpha_err:.1%}/{beta_err:.1%}")
+    return (f"checked: no transfer beat the link; fitted alpha {alpha_err:.1%} off, beta {beta_err:.1%} off"
+            + ("" if quiet else " (10 % bound not asserted: machine busy)"))
+
+
+def check_faster(what: str, fast: str, fast_s: float, slow: str, slow_s: float, quiet: bool) -> str:
+    """A timing claim: ``fast`` takes less time than ``slow``, asserted only on a quiet machine; the verdict
+    states both numbers and the direction they show."""
+    if quiet:
+        claim(fast_s < slow_s, f"{what}: {fast} {fast_s * 1e3:.1f} ms should be under {slow} {slow_s * 1e3:.1f} ms")
+    sign = "<" if fast_s < slow_s else ">="
+    return (f"{what}: {fast} {fast_s * 1e3:.3g} ms {sign} {slow} {slow_s * 1e3:.3g} ms"
+            + (" (asserted: quiet machine)" if quiet else " (not asserted: machine busy)"))
+
+
+def check_link_bytes(comp: Mapping[str, Mapping[str, Any]]) -> str:
+    """On the link fp16 puts exactly half of fp32's bytes, PowerSGD's rank-1 factors of 512x512 gradients under 5 %."""
+    f32, f16, ps = comp["fp32"]["bytes_per_step"], comp["fp16"]["bytes_per_step"], comp["powersgd"]["bytes_per_step"]
+    claim(f16 * 2 == f32, f"fp16 should send exactly half of fp32's bytes: {f16} vs {f32}")
+    claim(ps < 0.05 * f32, f"PowerSGD should send under 5 % of fp32's bytes: {ps} vs {f32}")
+    return "checked: on the link fp16 sends exactly half of fp32's bytes, PowerSGD under 5 %"
+
+
+def check_static_graph(sg: Mapping[bool, Mapping[str, Any]]) -> str:
+    """With static_graph the twice-checkpointed layer gets the single-process gradients (1e-5: fp32 sums in
+    another order); without it DDP raises or the gradients are off by more than 1e-3."""
+    on, off = sg[True], sg[False]
+    claim("error" not in on and on["max_err"] < 1e-5, f"static_graph=True should match one process: {on}")
+    claim("error" in off or off["max_err"] > 1e-3, f"without static_graph torch handled it here: {off}")
+    return "checked: with static_graph the single-process gradients; without it " + (
+        "DDP raised" if "error" in off else "wrong gradients")
