@@ -541,8 +541,9 @@ print(ch08.check_faster("step on the link", "fp16", f16["step_s"], "fp32", f32["
 print(ch08.check_link_bytes(comp))
 
 # %% [markdown] id="md-08-21"
-# Fewer bytes shorten the link time in proportion; the step less, since compute stays. PowerSGD's
-# many small all-reduces run one after another, so on a busy machine many are late.
+# Fewer bytes shorten the link time in proportion (the link column above). The step time also holds
+# the compute and the late transfers, so on a busy machine it need not follow. PowerSGD's many small
+# all-reduces run one after another, and on a busy machine many are late.
 #
 # **Fewer syncs.** Section 2's `no_sync` on the same link, k = 4 micro-batches per step:
 
