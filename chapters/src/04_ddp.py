@@ -49,15 +49,14 @@ print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, torch.c
 # %% [markdown] id="md-04-03"
 # ## 1. A DDP training script
 #
-# This is the article's §5.2 program as you would write it today: one file, started once per device
-# by `torchrun`. Five things make it DDP; everything else is an ordinary training loop.
+# The article's §5.2 program as you would write it today: one file, started once per device by
+# `torchrun`. Five things make it DDP (numbered in the comments); the rest is an ordinary training loop.
 #
-# 1. `dist.init_process_group(backend)` joins the other ranks; `torchrun` told each process its
-#    `RANK`, `LOCAL_RANK`, `WORLD_SIZE` and where rank 0 listens.
-# 2. `DistributedSampler` hands each rank its own share of the dataset; `set_epoch` reshuffles it.
-# 3. `DDP(model)` broadcasts rank 0's weights and, during every `backward()`, averages the gradients.
+# 1. `dist.init_process_group(backend)` joins the other ranks (`torchrun` set `RANK`, `WORLD_SIZE`...).
+# 2. `DistributedSampler` gives each rank its share of the dataset; `set_epoch` reshuffles it.
+# 3. `DDP(model)` broadcasts rank 0's weights and averages the gradients during every `backward()`.
 # 4. `dist.all_reduce` of the loss: an epoch loss over all ranks, not rank 0's share alone.
-# 5. Rank 0 saves `model.module` (the plain model inside the wrapper); `destroy_process_group` ends it.
+# 5. Rank 0 saves `model.module`, the plain model inside the wrapper; `destroy_process_group` ends.
 
 # %%
 %%writefile ddp_train.py
@@ -126,19 +125,18 @@ print(check_plain_script(script.logs, samples=512, saved=os.path.exists("ddp_tra
 # <details><summary><b>The article says</b> <code>mp.spawn(train, nprocs=torch.cuda.device_count())</code>
 # with <code>MASTER_PORT='12355'</code> and <code>backend='nccl'</code></summary>
 #
-# Today: `torchrun` starts the ranks and sets their environment (chapter 5); on a machine without
-# GPUs `device_count()` (printed at the top) is 0, so `mp.spawn` would start no process at all. A fixed
-# port collides with a second job on the same machine. NCCL needs GPUs; gloo runs on CPU. The
-# article's `model.to(rank)` uses the **global** rank as a GPU index, wrong on a second node:
-# `LOCAL_RANK` is the index. Its unseeded `RandomDataset` builds a different dataset in every process
-# (measured below), and `print(loss.item())` on rank 0 shows rank 0's last batch only.
+# Today: `torchrun` starts the ranks and sets their environment (chapter 5); without GPUs
+# `device_count()` (printed at the top) is 0, and `mp.spawn` starts no process at all. A fixed port
+# collides with a second job on the machine; NCCL needs GPUs. `model.to(rank)` uses the rank it gives
+# `init_process_group`, the **global** one, as a GPU index, wrong on a second node: `LOCAL_RANK` is. The unseeded
+# `RandomDataset` differs in every process (checked below); `print(loss.item())` shows rank 0's last batch.
 # </details>
 #
 # The course's version of this script, `disttutor.programs.ddp`, runs the same loop and reports what
 # each rank saw. Each rank again starts from *different* weights; watch what the wrap does with them.
 
 # %%
-run2 = disttutor.launch("ddp", nproc=2, stream=False, args={"epochs": 3, "save": os.path.join(WORK, "ddp2.pt")})
+run2 = disttutor.launch("ddp", nproc=2, stream=False, args={"epochs": 3, "save": "ddp2.pt"})
 print(run2.command)
 
 # %% tags=["nbval-check-output"]
@@ -181,7 +179,7 @@ print("identical trained replicas:", len({r["final_sha"] for r in run4.results})
 # ## 2. `DistributedSampler`: padding, `drop_last` and `set_epoch`
 #
 # **Padding.** 510 samples over 4 ranks: each rank must get the same number of samples (else one rank
-# would run an extra step and wait forever for the others' gradients), so by default the sampler rounds
+# would run an extra step and wait for the others' gradients until a timeout), so by default the sampler rounds
 # up to `ceil(510/4)·4 = 512` indices and **repeats** the first ones. Count the repeats:
 
 # %% tags=["nbval-check-output"]
@@ -196,7 +194,7 @@ print("with padding (default):", coverage(run4))
 # %% [markdown] id="md-04-08"
 # Two samples count double in every epoch — harmless for training, but wrong for an **evaluation**
 # metric. `drop_last=True` instead drops the tail: `floor(510/4)·4 = 508` indices, no repeats, two
-# samples unseen this epoch (a different two next epoch, since the shuffle changes).
+# samples unseen this epoch (with `set_epoch`, a different two next epoch, since the shuffle changes).
 #
 # **`set_epoch`.** The sampler shuffles with a generator seeded by `seed + epoch`. The epoch is only
 # known if you tell it: forget `sampler.set_epoch(epoch)` and **every epoch repeats epoch 0's order**.
@@ -235,13 +233,10 @@ print(check_set_epoch(run4.results[0]["orders"], run_noepoch.results[0]["orders"
 # gradient *is* the full-batch gradient, and plain SGD takes the same step as one process would.
 #
 # The program `ddp_scratch` checks this after **every** step: each rank also trains a single-process
-# reference model on the full global batch (same seed, same data) and reports
-# `max |p − p_ref| / max |p_ref|` over all parameters.
-#
-# Equal, not bitwise: the ranks add up their shard's terms, then the all-reduce adds the partial sums;
-# the reference adds everything in one go. Float addition is not associative, so results differ by a
-# few units in the last place (fp32: ~1e-7 relative). The check allows **1e-5**: ~100× that rounding
-# noise over a few steps, and far below what a real bug gives (a missing division: 2×).
+# model on the full global batch (same seed, same data) and reports `max |p − p_ref| / max |p_ref|`.
+# Equal, not bitwise: the ranks sum their shards, then the all-reduce sums the partial sums, while the
+# reference sums in one go, and float addition is not associative (fp32: ~1e-7 relative). The check
+# allows **1e-5**, ~100× that noise and far below what a bug gives (a missing division doubles the gradient).
 
 # %%
 # One launch, two wrappers in turn: torch's DDP now, the from-scratch one of Exercise 4.2 in section 6.
@@ -351,11 +346,10 @@ print(check_ddp_gradients(g_ddp, g_local))
 # %% [markdown] id="md-04-13"
 # ### `find_unused_parameters`: for parameters that get no gradient
 #
-# After every forward, with `find_unused_parameters=True`, DDP walks the autograd graph from the
-# forward's outputs to find parameters that will get **no** gradient this iteration (a branch not
-# taken, a head used only sometimes) and marks them ready, so their bucket can still be reduced.
-# Without the flag such a bucket never fills, and DDP raises an error at the next step. The program
-# below trains a model with a layer `forward` never calls, without and with the flag:
+# With `find_unused_parameters=True`, DDP walks the autograd graph from every forward's outputs to find
+# parameters that will get **no** gradient this iteration (a branch not taken) and marks them ready,
+# so their bucket can still be reduced. Without the flag such a bucket never fills, and DDP raises an
+# error at the next step. Below, a model with a layer `forward` never calls, without and with the flag:
 #
 # <details><summary><b>The article says</b> use <code>DDP(find_unused_parameters=True)</code> to
 # overlap computation and communication (§8.3)</summary>
@@ -456,10 +450,9 @@ print(check_naive_ddp(sync_gradients))
 #
 # ## 6. Exercise 4.2 — bucketed and overlapped DDP
 #
-# Now do what DDP does. The skeleton plans buckets for you (`plan_buckets`: parameters in **reverse**
-# order, at most `bucket_cap` elements each) and registers `grad_ready` as a
-# `register_post_accumulate_grad_hook` on every parameter — autograd calls it the moment that
-# parameter's `.grad` is complete. Your part:
+# Now do what DDP does. The skeleton plans buckets (`plan_buckets`: parameters in **reverse** order, at
+# most `bucket_cap` elements each) and registers `grad_ready` as a `register_post_accumulate_grad_hook`
+# on every parameter: autograd calls it the moment that `.grad` is complete. Your part:
 #
 # * `grad_ready(p)`: count `p` off its bucket. When bucket `self.next` is complete, flatten its gradients
 #   (`torch.cat([q.grad.reshape(-1) ...])`), start `dist.all_reduce(flat, async_op=True)`, keep the handle,
@@ -468,12 +461,10 @@ print(check_naive_ddp(sync_gradients))
 #   by the world size, copy the slices back into each `.grad`; reset the counters for the next step.
 #
 # **Why launch strictly in bucket order?** Collectives are matched by the order in which ranks call
-# them, not by name. If one rank launched bucket 1 first and another bucket 0, the first all-reduce of
-# one would be summed with a *different* bucket on the other: wrong numbers, a size-mismatch crash or a
-# hang. Launching in a fixed order that every rank agrees on (bucket 0, 1, 2, …) rules that out.
-#
-# The checker also watches `dist.all_reduce`: it must be called **asynchronously during backward**, once
-# per bucket. A mismatched order fails at the 10 s collective timeout instead of hanging.
+# them, not by name: if one rank launched bucket 1 first and another bucket 0, each would be summed with
+# a *different* bucket on the other (wrong numbers, a size-mismatch crash or a hang). The checker also
+# watches `dist.all_reduce`: once per bucket, **asynchronously, during backward**; a mismatched order
+# fails at its 10 s collective timeout instead of hanging.
 
 # %%
 card("4.2")
@@ -529,17 +520,14 @@ show_code("disttutor.scratch.buckets", "bucket")
 
 # %% [markdown] id="md-04-21"
 # `async_op=True` is the overlap: `dist.all_reduce` returns a handle at once and autograd carries on
-# with earlier layers while the bytes travel; `work.wait()` is the only place a rank blocks. The `while`
-# launches buckets strictly in index order — the guarantee that every rank's *k*-th all-reduce is the
-# same bucket. torch's DDP does the same in C++ (its `Reducer`), plus what this wrapper leaves out: the
-# rebuilt bucket order after the first step, and the unused-parameter walk of section 4. Its copies
-# are the same by default: with `gradient_as_bucket_view=False` DDP copies each gradient into its bucket
-# and the averaged bucket back into `.grad`; `gradient_as_bucket_view=True` makes each `.grad` a view
-# into its bucket and saves both copies.
+# while the bytes travel; `work.wait()` is the only place a rank blocks. torch's DDP does the same in
+# C++ (its `Reducer`), plus the rebuilt bucket order after the first step and the unused-parameter
+# walk of section 4. It copies as this wrapper does, by default: with `gradient_as_bucket_view=False`
+# each gradient is copied into its bucket and the average back into `.grad`; `True` makes each `.grad`
+# a view into its bucket and saves both copies.
 #
-# The launch of section 3 also ran this wrapper, right after torch's DDP, on the same 2 ranks and data,
-# compared with the single-process model after every step. Its buckets, and its event order next to
-# torch's:
+# Section 3's launch also ran this wrapper on the same 2 ranks and data, compared with the
+# single-process model after every step. Its buckets, and its event order next to torch's:
 
 # %% tags=["nbval-check-output"]
 ref_scratch = [r["runs"]["bucketed"] for r in ref.results]
@@ -561,12 +549,11 @@ plt.show()
 # `max(C, M)`, plus the last bucket (the first layers), which only starts when backward ends.
 #
 # **Measure, on a network that behaves like one.** On one machine the ranks' "network" is loopback:
-# the all-reduce is CPU work on the same cores as the backward, so there is little to hide it behind.
-# The program `emulated_link` therefore puts every DDP bucket on an **emulated 1 GbE link**: the real
-# gloo all-reduce still runs (the gradients are DDP's), and a timer hands the result back no earlier
-# than the link's latency plus bytes / bandwidth, without using the CPU. DDP's buckets are all-reduced
-# through a communication hook as soon as they are ready (overlap) or held until the last one is ready
-# (no overlap), against backward alone (`no_sync`) and communication alone, timed in interleaved rounds:
+# the all-reduce is CPU work on the same cores as the backward, with little to hide it behind. So the
+# program `emulated_link` puts DDP's buckets on an **emulated 1 GbE link**: the real gloo all-reduce
+# still runs, and a timer hands its result back no earlier than the link's all-reduce time (from its
+# latency and bandwidth), without using the CPU. A communication hook sends each bucket as soon as it is ready (overlap) or holds all
+# until the last is ready (no overlap); `no_sync` times compute alone. Interleaved rounds, medians:
 
 # %%
 emu = disttutor.launch("emulated_link", nproc=2, stream=False, timeout=300,
@@ -591,10 +578,9 @@ plt.show()
 
 # %% [markdown] id="md-04-23"
 # The line above gives the measured ratio and its direction. The emulated time is a floor: when the
-# real loopback all-reduce takes longer than the link (a busy machine), the real time shows, and the
-# step without overlap pays it too. A GPU computes a backward far faster than this CPU while the
-# network between machines does not get faster with it, so `M` is no longer small next to `C`: that is
-# what buckets and overlap are for. Chapter 8 opens up this run (a timeline per bucket, compression, `no_sync`).
+# real loopback all-reduce outlasts the link (a busy machine), the real time shows. A GPU computes a
+# backward far faster than this CPU while the network does not speed up with it, so `M` grows next to
+# `C`: that is what buckets and overlap are for. Chapter 8 opens up this run (a timeline per bucket).
 
 # %% [markdown] id="md-04-25"
 # ## 8. DDP's pros and cons (article §5.4), revisited
@@ -639,7 +625,7 @@ measured = q1.results[0]["per_rank"]
 assert {r["per_rank"] for r in q1.results} == {measured}  # equal shards: else one rank would wait for the others
 reveal("4.q1", my_prediction, measured, rel_tol=0,  # a count: exact
        explain=f"ceil(100 / 3) = {measured}: the sampler hands out {3 * measured} indices, repeating the first "
-       f"{3 * measured - 100}, so every rank runs the same steps; `drop_last=True` would give {100 // 3} each.")
+       f"{3 * measured - 100}; `drop_last=True` would give {100 // 3} each.")
 
 # %% [markdown] id="md-04-28" tags=["question"]
 # **Question 4.2.** Why does DDP broadcast rank 0's weights when it wraps the model? What would go wrong, and would anything warn you, if it did not?
