@@ -106,7 +106,7 @@ if rank == 0:
 dist.destroy_process_group()                   # (5)
 
 # %% [markdown] id="md-04-31"
-# In a terminal you would type the `torchrun` line this cell prints; the cell runs that job on 2 ranks
+# In a terminal you would type the `torchrun` line this cell prints. The cell runs that job on 2 ranks
 # and shows what they printed:
 
 # %%
