@@ -310,3 +310,58 @@ def test_ch04_checks_accept_ddp_runs_and_name_the_broken_guarantee():
     assert "RuntimeError at step 1" in ch04.check_unused_parameters(unused)
     with pytest.raises(AssertionError, match="without the flag: 'ok'"):
         ch04.check_unused_parameters([{"find_unused_False": "ok", "find_unused_True": "ok"}] * 2)
+
+
+def test_ch04_padding_is_checked_when_given():
+    shuffled = [[5, 1, 9], [2, 7, 0], [8, 3, 4]]
+    dropped = {"handed": 508, "distinct": 508, "repeated": 0}
+    assert "padding: 2 repeats" in ch04.check_set_epoch(shuffled, [shuffled[0]] * 3, dropped, samples=510, world=4,
+                                                        padded={"handed": 512, "distinct": 510, "repeated": 2})
+    with pytest.raises(AssertionError, match="padding .*expected"):  # a sampler that drops instead of padding
+        ch04.check_set_epoch(shuffled, [shuffled[0]] * 3, dropped, samples=510, world=4, padded=dropped)
+
+
+def test_ch04_plain_script_run():
+    logs = [["epoch 0: loss 2.3100 over 512 samples", "epoch 1: loss 2.2000 over 512 samples",
+             "rank 0: 256 samples an epoch"], ["rank 1: 256 samples an epoch"]]
+    assert "256 samples each" in ch04.check_plain_script(logs, samples=512, saved=True)
+    with pytest.raises(AssertionError, match="rank 1 should print"):  # a rank that trained on everything
+        ch04.check_plain_script([logs[0], ["rank 1: 512 samples an epoch"]], samples=512, saved=True)
+    with pytest.raises(AssertionError, match="over all 512 samples"):  # rank 0's share printed as the epoch loss
+        ch04.check_plain_script([[ln.replace("over 512", "over 256") for ln in logs[0]], logs[1]], samples=512,
+                                saved=True)
+    with pytest.raises(AssertionError, match="did not fall"):
+        ch04.check_plain_script([list(reversed(logs[0][:2])) + logs[0][2:], logs[1]], samples=512, saved=True)
+    with pytest.raises(AssertionError, match="checkpoint"):
+        ch04.check_plain_script(logs, samples=512, saved=False)
+
+
+def test_ch04_overlap_order_and_verdict():
+    trace = [("grad", "2.bias"), ("grad", "2.weight"), ("launch", 0), ("grad", "0.bias"), ("grad", "0.weight"),
+             ("launch", 1)]
+    assert "2 gradients still to compute, 0.weight" in ch04.check_overlap_order(trace, first_layer="0.weight")
+    with pytest.raises(AssertionError, match="after 0.weight's gradient"):  # all-reduces only after backward
+        ch04.check_overlap_order([t for t in trace if t[0] == "grad"] + [("launch", 0), ("launch", 1)], "0.weight")
+
+    o = {"compute_s": 0.16, "comm_s": 0.07, "overlap_s": 0.19, "deferred_s": 0.25, "late": 0, "transfers": 10}
+    assert "0.76x the 250 ms without it (faster)" in ch04.overlap_verdict(o, quiet=True)
+    slow = {**o, "overlap_s": 0.26}
+    assert "(not faster in this run)" in ch04.overlap_verdict(slow, quiet=False)  # a busy machine: said, not asserted
+    with pytest.raises(AssertionError, match="overlap should beat no overlap"):
+        ch04.overlap_verdict(slow, quiet=True)
+
+
+def test_ch04_join():
+    from types import SimpleNamespace as NS
+
+    def run(ok, statuses, results=()):
+        return NS(ok=ok, ranks=[NS(rank=r, status=s) for r, s in enumerate(statuses)], results=list(results))
+
+    uneven = run(False, ["error", "error"])
+    joined = run(True, ["ok"] * 2, [{"batches": [4, 4], "final_sha": "a"}, {"batches": [3, 3], "final_sha": "a"}])
+    assert "2 batches apart, identical replicas" in ch04.check_join(uneven, joined)
+    with pytest.raises(AssertionError, match="should make the job fail"):
+        ch04.check_join(run(True, ["ok", "ok"]), joined)
+    drifted = run(True, ["ok"] * 2, [{"batches": [4, 4], "final_sha": "a"}, {"batches": [3, 3], "final_sha": "b"}])
+    with pytest.raises(AssertionError, match="replicas differ"):
+        ch04.check_join(uneven, drifted)

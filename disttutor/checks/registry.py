@@ -82,8 +82,8 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="warm-up", minutes=15),
     Exercise("4.2", 4, "bucketed, overlapped DDP", "OverlappedDDP",
              "disttutor.checks.ddp:check_bucketed_ddp", "solutions/ex4_2_bucketed_ddp.py", (
-                 "Only parameters that require grad get hooks and buckets; a bucket is launched when all its "
-                 "gradients have arrived, in bucket order on every rank.",
+                 "Only parameters that require grad get hooks and buckets; launch a bucket once all its "
+                 "gradients arrived, in bucket order.",
                  "register_post_accumulate_grad_hook fires once per tensor per backward (also for a tied "
                  "weight used twice). Launch torch.cat of the bucket's grads with async_op=True; in finish() "
                  "wait, divide, copy back; a bucket whose parameters got no gradient must still be launched."),

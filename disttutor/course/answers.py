@@ -109,22 +109,22 @@ def _():
 
 @_answer("4.q2")
 def _():
-    return ("DDP averages gradients, so replicas stay equal only if they *start* equal: equal weights + equal "
-            "averaged gradients + the same optimizer give the same step on every rank. Ranks seeded differently "
-            "(or not at all) build different weights; without the broadcast each would apply the same average "
-            "gradient to different weights and the replicas would never agree — silently, since nothing "
-            "compares them. So the DDP constructor broadcasts rank 0's parameters and buffers (and, by default, "
-            "the buffers again at every forward: `broadcast_buffers=True`). Section 1 asserted the weights equal "
-            "right after the wrap.")
+    return ("- Replicas stay equal only if they *start* equal: equal weights, one averaged gradient and the same "
+            "optimizer give the same step on every rank\n"
+            "- Without the broadcast, ranks seeded differently apply one average gradient to different weights: "
+            "the replicas never agree, and nothing warns you\n"
+            "- So `DDP(model)` broadcasts rank 0's parameters and buffers (by default the buffers again before "
+            "each forward), as section 1's table shows.")
 
 
 @_answer("4.q3")
 def _():
-    return ("Backward produces gradients from the last layer to the first. Buckets filled in reverse parameter "
-            "order are completed in that order too: the bucket of the last layers is full while backward is "
-            "still computing the earlier ones, so its all-reduce starts then, and communication hides behind "
-            "computation. Only the last bucket's all-reduce (the first layers) is left after backward ends. A "
-            "bucket of the first layers filled first would wait for the whole backward.")
+    return ("- Backward produces gradients from the last layer to the first: buckets filled in reverse parameter "
+            "order complete in that order\n"
+            "- The last layers' bucket is full while backward still computes the earlier layers, so its all-reduce "
+            "starts then and travels during computation\n"
+            "- Only the final bucket (the first layers) is left when backward ends; filled first, the first "
+            "layers' bucket would wait for the whole backward.")
 
 
 @_answer("5.q2")

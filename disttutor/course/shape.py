@@ -142,6 +142,7 @@ _REVEAL = {
 }
 
 
+# The English "none" line as earlier builds stored it (one line of 28 words); reveal_in still reads it.
 def reveal(question_id: str, prediction, measured, *, unit: str = "", rel_tol: float | None = None,
            choices: dict[str, str] | None = None, explain: str = "", lang: str | None = None) -> Reveal:
     """Compare a prediction with what the run measured, and say what it means.
@@ -180,8 +181,11 @@ def reveal(question_id: str, prediction, measured, *, unit: str = "", rel_tol: f
     return Reveal(question_id, first, measured, verdict, f"{said}\n\n{explain}")
 
 
-_LEGACY_NONE = ("**You made no prediction** for {q}: `my_prediction` is still `None`. Write yours into the cell "
-                "above, run it, then run this cell again; the result is below, collapsed.")
+_LEGACY_NONE = (  # wordings of notebooks built before the line was shortened (they still read)
+    "**You made no prediction** for {q}: `my_prediction` is still `None`. Write yours into the cell "
+    "above, run it, then run this cell again; the result is below, collapsed.",
+    "**You made no prediction** for {q} (`my_prediction` is still `None`):\nwrite yours into the "
+    "cell above, run it, then run this cell again; the result is below, collapsed.")
 
 
 def reveal_in(text: str, lang: str) -> str:
@@ -192,7 +196,7 @@ def reveal_in(text: str, lang: str) -> str:
     """
     en, t = _REVEAL["en"], _REVEAL[checked(lang)]
     m = None
-    for none in (en["none"], _LEGACY_NONE):  # a notebook built before the line was shortened reads too
+    for none in (en["none"], *_LEGACY_NONE):  # a notebook built before the line was shortened reads too
         pattern = (re.escape(none).replace(re.escape("{q}"), "(?P<q>[0-9.q]+)") + re.escape("\n\n<details><summary>")
                    + re.escape(en["summary"]) + re.escape("</summary>\n\n")
                    + re.escape(en["measured"]).replace(re.escape("{shown}"), "(?P<shown>.*?)")
