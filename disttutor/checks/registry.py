@@ -68,11 +68,10 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="core", minutes=40),
     Exercise("3.1", 3, "bytes through rank 0 versus the ring", "predict_sent",
              "disttutor.checks.traffic:check_predict_sent", "solutions/ex3_1_predict_sent.py", (
-                 "DataParallel's device 0 sends every other device a copy of the parameters and its share "
-                 "of the inputs and of the output gradients; the ring sends only gradient chunks.",
-                 "dp-copy: (n-1) * (params + x_shard + y_shard) bytes, with x_shard = batch/n * d_in * elem. "
-                 "ddp-ring: 2(n-1) chunks of tensor_split(n_params, n) -- sum the real chunk sizes rank 0 "
-                 "sends, not the textbook 2(n-1)/n fraction."),
+                 "Device 0 sends each other device the parameters plus its input and output-gradient shards; "
+                 "the ring sends gradient chunks only.",
+                 "dp-copy: (n-1) * (params + x_shard + y_shard) bytes, x_shard = batch/n * d_in * elem. "
+                 "ddp-ring: add the real tensor_split chunks rank 0 sends."),
              difficulty="core", minutes=25),
     Exercise("4.1", 4, "naive DDP: all-reduce every gradient", "sync_gradients",
              "disttutor.checks.ddp:check_naive_ddp", "solutions/ex4_1_naive_ddp.py", (

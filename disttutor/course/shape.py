@@ -75,9 +75,9 @@ def card(exercise_id: str, lang: str | None = None) -> Shown:
                      f"约 {e.minutes} 分钟 · 修改{start}，然后运行它的检查 · 卡住了？它下面的 `hint(\"{e.id}\")` "
                      f"单元格共有 {len(e.hints)} 条提示，每运行一次给出下一条")
     start = "the broken program below" if e.broken else "the stub below"
-    return Shown(f"**Exercise {e.id} — {e.title}** · *{e.difficulty}* · about {e.minutes} min · "
-                 f"edit {start}, then run its check · stuck? the cell `hint(\"{e.id}\")` under it gives "
-                 f"{len(e.hints)} hints, one more each time it runs")
+    return Shown(f"**Exercise {e.id} — {e.title}** · *{e.difficulty}* · about {e.minutes} min\n\n"
+                 f"Edit {start}, then run its check; stuck? `hint(\"{e.id}\")` under it gives "
+                 f"{len(e.hints)} hints, one per run")
 
 
 def _details(summary: str, body: str) -> str:
@@ -121,8 +121,8 @@ def _is_number(x) -> bool:
 
 _REVEAL = {
     "en": {"measured": "Measured: **{shown}**.",
-           "none": "**You made no prediction** for {q}: `my_prediction` is still `None`. Write yours into the cell "
-                   "above, run it, then run this cell again; the result is below, collapsed.",
+           "none": "**You made no prediction** for {q} (`my_prediction` is `None`): write yours above, run it, "
+                   "then rerun this cell; the result is below, collapsed.",
            "summary": "the measured result (open it only after predicting)",
            "changed": " (you changed it to {p!r} after the reveal: your first prediction counts)",
            "choice": "You predicted **({first}) {text}**{note}; the run shows **{shown}**: **{verdict}**.",
@@ -139,6 +139,10 @@ _REVEAL = {
            "number": "你预测的是 **{first}**{note}；实测为 **{shown}**：{within}{factor}。",
            "within": "在 {tol} 的容差之内", "not within": "不在 {tol} 的容差之内", "factor": "，相差 {f:.2g} 倍"},
 }
+
+
+_NONE_BEFORE = ("**You made no prediction** for {q}: `my_prediction` is still `None`. Write yours into the cell "
+                "above, run it, then run this cell again; the result is below, collapsed.")
 
 
 def reveal(question_id: str, prediction, measured, *, unit: str = "", rel_tol: float | None = None,
@@ -186,7 +190,10 @@ def reveal_in(text: str, lang: str) -> str:
     (computed from that run) are kept, the course's own words around them are translated.
     """
     en, t = _REVEAL["en"], _REVEAL[checked(lang)]
-    pattern = (re.escape(en["none"]).replace(re.escape("{q}"), "(?P<q>[0-9.q]+)") + re.escape("\n\n<details><summary>")
+    # A notebook built before the shorter wording carries the old line: read both.
+    nones = "|".join(re.escape(x).replace(re.escape("{q}"), "(?P<q%d>[0-9.q]+)" % i)
+                     for i, x in enumerate((en["none"], _NONE_BEFORE)))
+    pattern = ("(?:" + nones + ")" + re.escape("\n\n<details><summary>")
                + re.escape(en["summary"]) + re.escape("</summary>\n\n")
                + re.escape(en["measured"]).replace(re.escape("{shown}"), "(?P<shown>.*?)")
                + "\n\n(?P<explain>.*)" + re.escape("\n\n</details>"))
@@ -194,4 +201,4 @@ def reveal_in(text: str, lang: str) -> str:
     if m is None:
         raise ValueError("not a stored reveal without a prediction (rebuild the English chapter): " + text[:80])
     body = t["measured"].format(shown=m["shown"]) + f"\n\n{m['explain']}"
-    return t["none"].format(q=m["q"]) + "\n\n" + _details(t["summary"], body)
+    return t["none"].format(q=m["q0"] or m["q1"]) + "\n\n" + _details(t["summary"], body)
