@@ -96,11 +96,10 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="warm-up", minutes=15),
     Exercise("6.1", 6, "one pipeline stage over send/recv", "stage_forward_backward",
              "disttutor.checks.model_parallel:check_stage", "solutions/ex6_1_stage_forward_backward.py", (
-                 "Forward: receive the activation from rank-1 (not on rank 0), run the stage, send to rank+1 "
-                 "(not on the last rank). Backward runs the other way with gradients.",
-                 "Make the received activation a leaf with requires_grad_(True) so backward leaves its "
-                 "gradient in .grad, which you send back to rank-1; middle stages call out.backward(grad) "
-                 "with the gradient received from rank+1; the last stage computes mse_loss(out, y)."),
+                 "Forward: receive from rank-1 (except rank 0), run the stage, send to rank+1 (except the "
+                 "last); backward: the reverse.",
+                 "Make the received activation a leaf (requires_grad_) and send its .grad back; "
+                 "others call out.backward(grad); the last computes mse_loss."),
              difficulty="core", minutes=35),
     Exercise("7.1", 7, "the 1F1B order of one rank", "one_f_one_b",
              "disttutor.checks.pipeline:check_one_f_one_b", "solutions/ex7_1_one_f_one_b.py", (

@@ -150,20 +150,21 @@ def _():
 
 @_answer("6.q2")
 def _():
-    return ("A tensor that arrives with `recv` has no autograd history: the graph that produced it lives in "
-            "another process. Made a leaf with `requires_grad_(True)`, it becomes the start of this stage's "
-            "graph, and `backward` leaves ∂loss/∂input in its `.grad` — exactly the tensor the previous stage "
-            "needs to continue its own backward, so this stage sends it back. Without it, `.grad` is None and "
-            "the previous stage's weights never get a gradient.")
+    return ("A tensor that arrives with `recv` has no autograd history: the graph that made it lives in another process.\n"
+            "* With `requires_grad_(True)` it is a leaf, the start of this stage's graph, and `backward` leaves "
+            "∂loss/∂input in its `.grad`;\n"
+            "* that is what the previous stage needs to continue its own backward, so it is sent back;\n"
+            "* without it `.grad` stays None, and the previous stages' weights never get a gradient.")
 
 
 @_answer("6.q3")
 def _():
     p, m = 4, 12
     bubble = (p - 1) / (m + p - 1)
-    return (f"Plain model parallelism: one stage works at a time, so at best each device is busy **1/{p} = "
-            f"{1 / p:.0%}** of the time (less with the sends). A GPipe pipeline with m = {m}: bubble (p−1)/(m+p−1) = "
-            f"{p - 1}/{m + p - 1} = {bubble:.0%}, each device busy **{1 - bubble:.0%}** — chapter 7.")
+    return (f"* plain model parallelism: one stage works at a time, each device busy at best **1/{p} = "
+            f"{1 / p:.0%}** (less with the sends);\n"
+            f"* GPipe, m = {m} micro-batches: bubble (p−1)/(m+p−1) = {p - 1}/{m + p - 1} = {bubble:.0%}, "
+            f"busy **{1 - bubble:.0%}** (chapter 7).")
 
 
 @_answer("7.q2")
