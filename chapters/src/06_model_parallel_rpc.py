@@ -363,7 +363,7 @@ print(check_rpc_warnings(sorted({w for res in trained.results for w in res.get("
 # ## Key takeaways
 #
 # * Splitting the layers over devices saves memory, not time: without micro-batches one device works at a time.
-# * Memory follows the weights, not the layer count: four of eight layers can be well over half the parameters.
+# * Memory follows the weights, not the layer count: four of eight layers can hold more than half the parameters.
 # * In one process `.to(device)` is enough; across processes, send the activation, make the received copy a leaf that requires grad, send its `.grad` back.
 # * RPC with distributed autograd and the distributed optimizer records that for you; the article's version passes RRefs where tensors are needed and never trains.
 # * Fixed, each version trains the model one process trains, to float32 rounding; today pipelining (chapter 7), FSDP (chapter 11) and TP (chapter 12) replace RPC model parallelism.
