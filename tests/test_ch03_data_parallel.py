@@ -152,3 +152,44 @@ def test_notebook_is_built_from_its_source_and_executed():
     text = "".join("".join(o.get("text", "")) for c in code for o in c["outputs"])
     assert not [o for c in code for o in c["outputs"] if o["output_type"] == "error"]
     assert "SKIPPED: real DataParallel needs >= 2 GPUs" in text  # the CPU notebook says so plainly
+
+
+# --------------------------------------------------------------------------- the chapter's claims
+def test_wrap_then_move_reaches_the_wrapped_module():
+    """The article's `DataParallel(model)` then `.cuda()`: the wrapper's move is the module's (no GPU needed:
+    `.to(dtype)` runs the same `Module._apply` over the registered submodule as `.cuda()`)."""
+    from disttutor.checks.claims.ch03 import check_cuda_after_wrap
+
+    inner = nn.Linear(3, 2)
+    wrapped = nn.DataParallel(inner).to(torch.float64)
+    assert {p.dtype for p in inner.parameters()} == {torch.float64}
+    assert "fine before any forward" in check_cuda_after_wrap(wrapped, inner, torch.float64, source_lines, nn.Module)
+    stale = nn.Linear(3, 2)  # a module the wrapper does not hold, left in float32
+    with pytest.raises(AssertionError, match="very module"):
+        check_cuda_after_wrap(wrapped, stale, torch.float64, source_lines, nn.Module)
+    with pytest.raises(AssertionError, match="should move"):
+        check_cuda_after_wrap(nn.DataParallel(stale), stale, torch.float64, source_lines, nn.Module)
+
+
+def test_claims_reject_an_average_and_an_uneven_ring():
+    import importlib
+
+    from disttutor.checks.claims.ch03 import check_dp_source, check_dp_traffic, check_same_training
+
+    pa = importlib.import_module("torch.nn.parallel.parallel_apply").parallel_apply
+    fn = importlib.import_module("torch.nn.parallel._functions")
+    assert check_dp_source(source_lines, nn.DataParallel, pa, fn).startswith("✓")
+    ok = [{"params match 1 process": True, "sum == full grad": True, "average == full grad": False}]
+    assert check_same_training(ok, {(2, "dp-copy"): [1.0]}, [1.0]).startswith("✓")
+    with pytest.raises(AssertionError, match="SUM"):  # the article's average taken as right
+        check_same_training([dict(ok[0], **{"average == full grad": True})], {}, [])
+    S = 4 * 2110
+    runs = {n: [{p: {"sent": dp.expected_bytes(p, n, k, 2110, 96, D, D)["sent"]} for p in dp.PATTERNS}
+                for k in range(n)] for n in (2, 3, 4)}
+    through = {(n, p): sum(dp.expected_bytes(p, n, 0, 2110, 96, D, D).values()) for n in runs for p in dp.PATTERNS}
+    others = {(n, p): sum(sum(dp.expected_bytes(p, n, k, 2110, 96, D, D).values()) for k in range(1, n)) / (n - 1)
+              for n in runs for p in dp.PATTERNS}
+    assert "N=4" in check_dp_traffic(through, others, runs, S, dp.textbook_ring_bytes)
+    with pytest.raises(AssertionError, match="uneven"):
+        check_dp_traffic(through, {**others, (4, "ddp-ring"): others[(4, "ddp-ring")] / 2}, runs, S,
+                         dp.textbook_ring_bytes)

@@ -103,7 +103,9 @@ def test_ch06_checks():
     with pytest.raises(AssertionError, match="last rank's losses"):
         ch06.check_split_model(rows, [2.31, 2.06, 1.83], ref)  # 5e-3 relative: another training, not rounding
     results = [{"compute_s": 0.010}, {"compute_s": 0.012}, {"compute_s": 0.011}, {"compute_s": 0.009}]
-    assert "at most one rank" in ch06.check_one_rank_at_a_time(0.0, results, 0.060)
+    assert "at once for 0.000 ms" in ch06.check_one_rank_at_a_time(0.0, results, 0.060)
+    with pytest.raises(AssertionError, match="exceeds the window"):  # more compute than time: ranks overlapped
+        ch06.check_one_rank_at_a_time(0.0, results, 0.030)
     with pytest.raises(AssertionError, match="two ranks computed at once for 3.000 ms"):
         ch06.check_one_rank_at_a_time(0.003, results, 0.060)
     ok_art = SimpleNamespace(ok=False, ranks=[SimpleNamespace(status="error", error="TypeError: embedding(): "
@@ -119,9 +121,37 @@ def test_ch06_checks():
         ch06.check_no_remote_grads(dict(out, remote_grads={**out["remote_grads"], "worker2": (148, 148)}), [8, 10, 10])
     wrows = [{"worker": f"worker{i}", "changed": True, "matches reference": True, ".grad stayed None": True}
              for i in (1, 2, 3)]
-    assert "loss goes down" in ch06.check_rpc_training(wrows, True, [2.3, 2.1])
+    assert "loss 2.300 -> 2.100" in ch06.check_rpc_training(wrows, True, [2.3, 2.1])
     with pytest.raises(AssertionError, match="the master's losses differ"):
         ch06.check_rpc_training(wrows, False, [2.3, 2.1])
+    with pytest.raises(AssertionError, match="go down"):
+        ch06.check_rpc_training(wrows, True, [2.1, 2.3])
+
+
+def test_ch06_checks_of_the_rewritten_page():
+    """The master's empty optimizer, the one-process split, the RPC stack's own warnings (fast, no ranks)."""
+    import torch
+
+    out = {"output_shape": [8, 10, 10], "output_requires_grad": True, "local_params": 0,
+           "remote_grads": {"worker1": (0, 1), "worker2": (0, 148), "worker3": (0, 2)}}
+    with pytest.raises(ValueError, match="empty parameter list") as e:
+        torch.optim.SGD([], lr=0.1)  # what the master's local optimizer would do
+    assert "raises: optimizer got an empty" in ch06.check_no_remote_grads(out, [8, 10, 10], str(e.value))
+    with pytest.raises(AssertionError, match="hold no parameter"):
+        ch06.check_no_remote_grads(dict(out, local_params=12), [8, 10, 10], str(e.value))
+    a = [torch.ones(3), torch.zeros(2)]
+    assert "bit-identical" in ch06.check_one_process_split(a, [t.clone() for t in a], same_device=True)
+    off = [a[0] + 1e-7, a[1]]  # one ulp-scale change: rounding, not another training
+    with pytest.raises(AssertionError, match="bit-identically"):
+        ch06.check_one_process_split(off, a, same_device=True)
+    assert "float32 rounding" in ch06.check_one_process_split(off, a, same_device=False)
+    with pytest.raises(AssertionError, match="float32 rounding"):
+        ch06.check_one_process_split([a[0] * 1.01, a[1]], a, same_device=False)
+    seen = ["UserWarning: ... This usage is deprecated since PyTorch 2.0. ...",
+            "DeprecationWarning: `TorchScript` support for functional optimizers is deprecated"]
+    assert "2 distinct warnings" in ch06.check_rpc_warnings(seen)
+    with pytest.raises(AssertionError, match="TorchScript deprecation"):
+        ch06.check_rpc_warnings(seen[:1])
 
 
 # ---- chapter 9 ---------------------------------------------------------------------------------

@@ -68,11 +68,10 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="core", minutes=40),
     Exercise("3.1", 3, "bytes through rank 0 versus the ring", "predict_sent",
              "disttutor.checks.traffic:check_predict_sent", "solutions/ex3_1_predict_sent.py", (
-                 "DataParallel's device 0 sends every other device a copy of the parameters and its share "
-                 "of the inputs and of the output gradients; the ring sends only gradient chunks.",
-                 "dp-copy: (n-1) * (params + x_shard + y_shard) bytes, with x_shard = batch/n * d_in * elem. "
-                 "ddp-ring: 2(n-1) chunks of tensor_split(n_params, n) -- sum the real chunk sizes rank 0 "
-                 "sends, not the textbook 2(n-1)/n fraction."),
+                 "Device 0 sends each other device the parameters plus its input and output-gradient shards; "
+                 "the ring sends gradient chunks only.",
+                 "dp-copy: (n-1) * (params + x_shard + y_shard) bytes, x_shard = batch/n * d_in * elem. "
+                 "ddp-ring: add the real tensor_split chunks rank 0 sends."),
              difficulty="core", minutes=25),
     Exercise("4.1", 4, "naive DDP: all-reduce every gradient", "sync_gradients",
              "disttutor.checks.ddp:check_naive_ddp", "solutions/ex4_1_naive_ddp.py", (
@@ -97,11 +96,10 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="warm-up", minutes=15),
     Exercise("6.1", 6, "one pipeline stage over send/recv", "stage_forward_backward",
              "disttutor.checks.model_parallel:check_stage", "solutions/ex6_1_stage_forward_backward.py", (
-                 "Forward: receive the activation from rank-1 (not on rank 0), run the stage, send to rank+1 "
-                 "(not on the last rank). Backward runs the other way with gradients.",
-                 "Make the received activation a leaf with requires_grad_(True) so backward leaves its "
-                 "gradient in .grad, which you send back to rank-1; middle stages call out.backward(grad) "
-                 "with the gradient received from rank+1; the last stage computes mse_loss(out, y)."),
+                 "Forward: receive from rank-1 (except rank 0), run the stage, send to rank+1 (except the "
+                 "last); backward: the reverse.",
+                 "Make the received activation a leaf (requires_grad_) and send its .grad back; "
+                 "others call out.backward(grad); the last computes mse_loss."),
              difficulty="core", minutes=35),
     Exercise("7.1", 7, "the 1F1B order of one rank", "one_f_one_b",
              "disttutor.checks.pipeline:check_one_f_one_b", "solutions/ex7_1_one_f_one_b.py", (

@@ -89,22 +89,22 @@ def _():
 
 @_answer("3.q2")
 def _():
-    return ("Everything passes through it: `forward` scatters the batch from device 0, copies the parameters "
-            "from it to every other device (a new replica every step), gathers all outputs back to it; the loss, "
-            "the reduction of every replica's gradients into the original module, and the optimizer step all run "
-            "there. Its traffic grows with (n−1) × the model, while a ring all-reduce sends about 2 × the model "
-            "per rank whatever n — and DataParallel is one process, so its threads also share one Python "
-            "interpreter (the GIL).")
+    return ("Device 0 does what every device does, plus:\n"
+            "* it scatters the batch and copies the parameters to every other device, every step;\n"
+            "* it gathers every output, computes the loss and its gradient;\n"
+            "* it gets the sum of all replicas' gradients and runs the only optimizer step, holding its state.")
 
 
 @_answer("3.q3")
 def _():
     n, s = 8, 100e6 * 4
-    dp, ring = (n - 1) * s, 2 * (n - 1) / n * s
-    return (f"DataParallel: device 0 copies the parameters to the 7 others: 7 × 400 MB = **{dp / 1e9:.1f} GB** "
-            f"per step (plus inputs and outputs). Ring all-reduce of the gradients: 2·7/8 × 400 MB = "
-            f"**{ring / 1e9:.2f} GB** sent per rank, spread evenly. Ratio {dp / ring:.0f} = n/2: it grows with "
-            "the number of devices.")
+    copy, chain, ring = (n - 1) * s, s, 2 * (n - 1) / n * s
+    return (f"* plain copies: 7 × 400 MB = **{copy / 1e9:.1f} GB** from device 0 per step;\n"
+            f"* NCCL's chain: the model once, **{chain / 1e9:.1f} GB**;\n"
+            f"* DDP's ring: 2·7/8 × 400 MB = **{ring / 1e9:.2f} GB** per rank, spread evenly.\n\n"
+            f"With NCCL device 0 sends {chain / ring:.2f} × a ring rank's bytes: bytes are not the difference.\n"
+            "DP rebuilds the replicas every step, runs them under one GIL, does loss and update on device 0\n"
+            "alone, and reduces the gradients only after the whole backward, where DDP overlaps them.")
 
 
 @_answer("4.q2")
@@ -150,20 +150,21 @@ def _():
 
 @_answer("6.q2")
 def _():
-    return ("A tensor that arrives with `recv` has no autograd history: the graph that produced it lives in "
-            "another process. Made a leaf with `requires_grad_(True)`, it becomes the start of this stage's "
-            "graph, and `backward` leaves ∂loss/∂input in its `.grad` — exactly the tensor the previous stage "
-            "needs to continue its own backward, so this stage sends it back. Without it, `.grad` is None and "
-            "the previous stage's weights never get a gradient.")
+    return ("A tensor that arrives with `recv` has no autograd history: the graph that made it lives in another process.\n"
+            "* With `requires_grad_(True)` it is a leaf, the start of this stage's graph, and `backward` leaves "
+            "∂loss/∂input in its `.grad`;\n"
+            "* that is what the previous stage needs to continue its own backward, so it is sent back;\n"
+            "* without it `.grad` stays None, and the previous stages' weights never get a gradient.")
 
 
 @_answer("6.q3")
 def _():
     p, m = 4, 12
     bubble = (p - 1) / (m + p - 1)
-    return (f"Plain model parallelism: one stage works at a time, so at best each device is busy **1/{p} = "
-            f"{1 / p:.0%}** of the time (less with the sends). A GPipe pipeline with m = {m}: bubble (p−1)/(m+p−1) = "
-            f"{p - 1}/{m + p - 1} = {bubble:.0%}, each device busy **{1 - bubble:.0%}** — chapter 7.")
+    return (f"* plain model parallelism: one stage works at a time, each device busy at best **1/{p} = "
+            f"{1 / p:.0%}** (less with the sends);\n"
+            f"* GPipe, m = {m} micro-batches: bubble (p−1)/(m+p−1) = {p - 1}/{m + p - 1} = {bubble:.0%}, "
+            f"busy **{1 - bubble:.0%}** (chapter 7).")
 
 
 @_answer("7.q2")

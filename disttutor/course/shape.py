@@ -142,7 +142,6 @@ _REVEAL = {
 }
 
 
-# The English "none" line as earlier builds stored it (one line of 28 words); reveal_in still reads it.
 def reveal(question_id: str, prediction, measured, *, unit: str = "", rel_tol: float | None = None,
            choices: dict[str, str] | None = None, explain: str = "", lang: str | None = None) -> Reveal:
     """Compare a prediction with what the run measured, and say what it means.
@@ -185,7 +184,9 @@ _LEGACY_NONE = (  # wordings of notebooks built before the line was shortened (t
     "**You made no prediction** for {q}: `my_prediction` is still `None`. Write yours into the cell "
     "above, run it, then run this cell again; the result is below, collapsed.",
     "**You made no prediction** for {q} (`my_prediction` is still `None`):\nwrite yours into the "
-    "cell above, run it, then run this cell again; the result is below, collapsed.")
+    "cell above, run it, then run this cell again; the result is below, collapsed.",
+    "**You made no prediction** for {q} (`my_prediction` is `None`): write yours above, run it, "
+    "then rerun this cell; the result is below, collapsed.")
 
 
 def reveal_in(text: str, lang: str) -> str:
@@ -205,4 +206,4 @@ def reveal_in(text: str, lang: str) -> str:
     if m is None:
         raise ValueError("not a stored reveal without a prediction (rebuild the English chapter): " + text[:80])
     body = t["measured"].format(shown=m["shown"]) + f"\n\n{m['explain']}"
-    return t["none"].format(q=m["q"]) + "\n\n" + _details(t["summary"], body)
+    return t["none"].format(q=m["q0"] or m["q1"]) + "\n\n" + _details(t["summary"], body)

@@ -4,9 +4,9 @@ Introduced in chapter 3. Everything here is single-process (DataParallel is one
 process with one thread per GPU), so nothing here creates a process group:
 
 * :func:`train_dataparallel` -- the article's section 4.2 training loop, fixed
-  (seeded learnable data, model on ``cuda:0`` *before* wrapping, DataParallel
-  only with >= 2 GPUs, an honest per-epoch loss). With fewer than two GPUs it
-  still runs: ``nn.DataParallel`` then simply calls the module.
+  (seeded learnable data, DataParallel only with >= 2 GPUs, an honest per-epoch
+  loss). With fewer than two GPUs it still runs: ``nn.DataParallel`` then simply
+  calls the module.
 * :func:`expected_bytes` -- the textbook per-step traffic of each rank for the
   three communication patterns that ``disttutor.programs.dp_traffic`` measures.
 
@@ -86,9 +86,13 @@ def make_dataset(cfg: DPTrainConfig) -> TensorDataset:
 def train_dataparallel(cfg: DPTrainConfig = DPTrainConfig()) -> DPTrainResult:
     """The article's section 4.2 loop, corrected. Real DataParallel with >= ``cfg.min_gpus`` GPUs.
 
-    Fixes: the model goes to ``cuda:device_ids[0]`` *before* wrapping (DataParallel.forward
-    raises if parameters are elsewhere); DataParallel only with two or more GPUs; seeded
-    data with something to learn; the printed loss is the epoch mean, not the last batch's.
+    Fixes: DataParallel only with two or more GPUs; seeded data with something to learn; the
+    printed loss is the epoch mean, not the last batch's. The article's order (wrap, then
+    ``.cuda()``) was already right: ``.cuda()`` on the wrapper moves the wrapped module to the
+    current device (cuda:0 unless ``torch.cuda.set_device`` changed it), which is ``device_ids[0]``
+    by default, before any forward. Here the
+    module moves first only because ``device_ids`` may be chosen (``DataParallel.forward``
+    raises if parameters are not on ``device_ids[0]``).
     """
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
     torch.manual_seed(cfg.seed)
@@ -98,7 +102,7 @@ def train_dataparallel(cfg: DPTrainConfig = DPTrainConfig()) -> DPTrainResult:
         if max(ids) >= n_gpu:
             raise ValueError(f"device_ids {ids} but only {n_gpu} GPUs are visible")
         device = torch.device("cuda", ids[0])
-        model = nn.DataParallel(model.to(device), device_ids=ids)  # the original lives on ids[0]
+        model = nn.DataParallel(model.to(device), device_ids=ids)  # forward needs it on ids[0]
         path = f"nn.DataParallel over cuda:{ids} (one process, {len(ids)} threads)"
     else:
         device, ids = torch.device("cpu"), []
