@@ -206,4 +206,4 @@ def reveal_in(text: str, lang: str) -> str:
     if m is None:
         raise ValueError("not a stored reveal without a prediction (rebuild the English chapter): " + text[:80])
     body = t["measured"].format(shown=m["shown"]) + f"\n\n{m['explain']}"
-    return t["none"].format(q=m["q0"] or m["q1"]) + "\n\n" + _details(t["summary"], body)
+    return t["none"].format(q=m["q"]) + "\n\n" + _details(t["summary"], body)
