@@ -148,7 +148,8 @@ print(run2.table("init_sum_before_wrap", "init_sum_after_wrap", "data_sha", "per
 # * `init_sum_before_wrap` differs between ranks; `init_sum_after_wrap` is **rank 0's value on every rank**:
 #   the `DDP(...)` constructor broadcasts rank 0's parameters (and buffers).
 # * `data_sha` (a hash of the dataset) is equal: one dataset, sharded by the sampler.
-# * `loaded_equal`: rank 0 saved `model.module.state_dict()`, the other ranks loaded it after a barrier.
+# * `loaded_equal`: rank 0 saved `model.module.state_dict()`; after a barrier every rank loaded it and
+#   found it equal to its own replica.
 #
 # The wrapper's own `state_dict()` prefixes every key with `module.`; saving `.module` keeps the keys a
 # plain model loads:
@@ -179,8 +180,9 @@ print("identical trained replicas:", len({r["final_sha"] for r in run4.results})
 # ## 2. `DistributedSampler`: padding, `drop_last` and `set_epoch`
 #
 # **Padding.** 510 samples over 4 ranks: each rank must get the same number of samples (else one rank
-# would run an extra step and wait for the others' gradients until a timeout), so by default the sampler rounds
-# up to `ceil(510/4)·4 = 512` indices and **repeats** the first ones. Count the repeats:
+# would run an extra step whose gradient all-reduce no other rank joins: an error or a hang, as
+# section 4 shows), so by default the sampler rounds up to `ceil(510/4)·4 = 512` indices and
+# **repeats** the first ones. Count the repeats:
 
 # %% tags=["nbval-check-output"]
 def coverage(run, epoch=0):
@@ -194,7 +196,7 @@ print("with padding (default):", coverage(run4))
 # %% [markdown] id="md-04-08"
 # Two samples count double in every epoch — harmless for training, but wrong for an **evaluation**
 # metric. `drop_last=True` instead drops the tail: `floor(510/4)·4 = 508` indices, no repeats, two
-# samples unseen this epoch (with `set_epoch`, a different two next epoch, since the shuffle changes).
+# samples unseen this epoch (with `set_epoch`, most likely another two next epoch, since the shuffle changes).
 #
 # **`set_epoch`.** The sampler shuffles with a generator seeded by `seed + epoch`. The epoch is only
 # known if you tell it: forget `sampler.set_epoch(epoch)` and **every epoch repeats epoch 0's order**.
@@ -260,9 +262,10 @@ print(check_equals_single_process("torch DDP", ref_torch, RTOL))
 # A naive DDP would wait for `backward()` to finish and then all-reduce each gradient tensor. Real DDP
 # does better in two ways:
 #
-# * **Buckets.** Gradients are packed into buckets of up to `bucket_cap_mb` MiB (25 by default; with
-#   the default, the first bucket is capped at 1 MiB) and each bucket is reduced as **one** message: a
-#   collective has a fixed latency, so a few large messages beat many small ones.
+# * **Buckets.** Gradients are packed into buckets of about `bucket_cap_mb` MiB (25 by default, and
+#   then 1 MiB for the first bucket): a bucket closes once it reaches the cap, so a large tensor can
+#   take it past the cap. Each bucket is reduced as **one** message: a collective has a fixed latency,
+#   so a few large messages beat many small ones.
 # * **Overlap.** Backward produces gradients from the **last layer to the first**. Buckets are filled in
 #   that reverse order, and as soon as a bucket is complete its all-reduce is started
 #   **asynchronously** — while autograd keeps computing the earlier layers' gradients.
@@ -356,7 +359,8 @@ print(check_ddp_gradients(g_ddp, g_local))
 #
 # Today: overlap is DDP's default. The trace of section 4 was recorded without the flag, and the
 # buckets' all-reduces started during backward. The flag adds the graph walk to every forward
-# (`prepare_for_backward` in `torch/nn/parallel/distributed.py`); turn it on only for a model with
+# (the reducer's `prepare_for_backward`, called at the end of `forward` in
+# `torch/nn/parallel/distributed.py`); turn it on only for a model with
 # unused parameters, or use `static_graph=True`, with which DDP "will not search graph in each
 # iteration" (torch's docstring).
 # </details>
@@ -419,7 +423,8 @@ print(check_join(uneven, run_noepoch))
 # Write the gradient synchronisation of a data-parallel step yourself. The checker runs your function on
 # 2 real ranks: each rank computes the gradients of its shard, calls `sync_gradients(model)`, and steps
 # SGD. After **every** step it compares each rank's parameters with the single-process reference and
-# tells you which parameter diverged, on which rank.
+# tells you which parameter diverged, on which rank. Its model has frozen parameters and one unused
+# every other step: their `.grad` is `None`.
 #
 # *Hint:* `dist.all_reduce(t)` sums `t` over all ranks, in place; `dist.get_world_size()`.
 # (The checker runs your cell's code on the ranks, with `torch` and `torch.distributed as dist`
@@ -451,20 +456,23 @@ print(check_naive_ddp(sync_gradients))
 # ## 6. Exercise 4.2 — bucketed and overlapped DDP
 #
 # Now do what DDP does. The skeleton plans buckets (`plan_buckets`: parameters in **reverse** order, at
-# most `bucket_cap` elements each) and registers `grad_ready` as a `register_post_accumulate_grad_hook`
-# on every parameter: autograd calls it the moment that `.grad` is complete. Your part:
+# most `bucket_cap` elements each, a larger parameter alone) and registers `grad_ready` as a
+# `register_post_accumulate_grad_hook` on every parameter that requires grad: autograd calls it the
+# moment that `.grad` is complete. Your part:
 #
 # * `grad_ready(p)`: count `p` off its bucket. When bucket `self.next` is complete, flatten its gradients
 #   (`torch.cat([q.grad.reshape(-1) ...])`), start `dist.all_reduce(flat, async_op=True)`, keep the handle,
 #   advance `self.next` — and repeat while the next bucket is complete too.
-# * `finish()` (called after backward, before `optimizer.step()`): `work.wait()` on every handle, divide
-#   by the world size, copy the slices back into each `.grad`; reset the counters for the next step.
+# * `finish()` (called after backward, before `optimizer.step()`): first launch, in order, any bucket
+#   still incomplete (a parameter got no gradient this step: zeros in its place); then `work.wait()` on
+#   every handle, divide by the world size, copy the slices back into each `.grad` that exists; reset
+#   the counters for the next step.
 #
 # **Why launch strictly in bucket order?** Collectives are matched by the order in which ranks call
 # them, not by name: if one rank launched bucket 1 first and another bucket 0, each would be summed with
 # a *different* bucket on the other (wrong numbers, a size-mismatch crash or a hang). The checker also
-# watches `dist.all_reduce`: once per bucket, **asynchronously, during backward**; a mismatched order
-# fails at its 10 s collective timeout instead of hanging.
+# watches `dist.all_reduce`: once per bucket, **asynchronously**, the complete buckets **during
+# backward**; a mismatched order ends in an error (at the latest at its 10 s collective timeout), not a hang.
 
 # %%
 card("4.2")
@@ -545,8 +553,9 @@ plt.show()
 #
 # **Derive.** Call `C` the time of a step's compute (forward, backward, optimiser step) with nothing
 # sent, and `M` the time of the all-reduce of its gradients alone. Reduced after backward, a step pays
-# `C + M`. Reduced bucket by bucket during backward, it pays about
-# `max(C, M)`, plus the last bucket (the first layers), which only starts when backward ends.
+# `C + M`. Reduced bucket by bucket during backward, it pays at best about `max(C, M)` (only the
+# backward can hide the sending), plus the last bucket (the first layers), which only starts when
+# backward ends.
 #
 # **Measure, on a network that behaves like one.** On one machine the ranks' "network" is loopback:
 # the all-reduce is CPU work on the same cores as the backward, with little to hide it behind. So the
@@ -594,7 +603,7 @@ plt.show()
 #   `find_unused_parameters`); and every replica holds the **whole** model, gradients and optimiser
 #   state — which is what FSDP (chapter 11) removes.
 #
-# To take with you: `python3 course.py plain --out DIR` copies `ddp.py`, a script like section 1's with
+# To take with you: `python3 course.py plain ddp --out DIR` copies `ddp.py`, a script like section 1's with
 # gradient accumulation under `no_sync()` (one all-reduce per optimiser step), to run with
 # `torchrun --nproc-per-node 2 ddp.py` on your machine or cluster.
 
