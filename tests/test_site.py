@@ -52,7 +52,7 @@ def site(tmp_path_factory):
     from disttutor.course.site import vendor
 
     cache = os.path.join(ROOT, ".site-cache")
-    have = all(os.path.exists(os.path.join(cache, p.tarball)) for p in (vendor.HTML_MANAGER, vendor.MATHJAX))
+    have = all(os.path.exists(os.path.join(cache, p.tarball)) for p in (vendor.HTML_MANAGER, vendor.MATHJAX, vendor.PYODIDE))
     if not have and shutil.which("npm") is None:  # the renderers come from npm, once
         if os.environ.get("DISTTUTOR_REQUIRE_BROWSER"):
             pytest.fail("the site build needs npm once (apt-get install npm); .ci/run installs it")

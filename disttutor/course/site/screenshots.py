@@ -32,7 +32,7 @@ def live_shot(browser, site: str, out: str) -> str:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=site))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        page = browser.new_page(viewport={"width": 1000, "height": 800})
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
         page.goto(f"http://127.0.0.1:{server.server_address[1]}/{rel}", wait_until="load")
         panel = page.locator(".dt-live")
         panel.locator(f'input[data-key="{key}"]').fill(value)
