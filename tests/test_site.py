@@ -52,7 +52,8 @@ def site(tmp_path_factory):
     from disttutor.course.site import vendor
 
     cache = os.path.join(ROOT, ".site-cache")
-    have = all(os.path.exists(os.path.join(cache, p.tarball)) for p in (vendor.HTML_MANAGER, vendor.MATHJAX, vendor.PYODIDE))
+    have = all(os.path.exists(os.path.join(cache, p.tarball))
+               for p in (vendor.HTML_MANAGER, vendor.MATHJAX, vendor.PYODIDE))
     if not have and shutil.which("npm") is None:  # the renderers come from npm, once
         if os.environ.get("DISTTUTOR_REQUIRE_BROWSER"):
             pytest.fail("the site build needs npm once (apt-get install npm); .ci/run installs it")
@@ -386,9 +387,9 @@ def _saved_widget(stem, folder=None):
 
 def test_live_widgets_are_on_their_pages_and_run_without_numpy_matplotlib_or_torch(site, tmp_path):
     """Chapters 1, 7 and 13 (both editions, the same data, each in its language) carry a live panel
-    instead of the "run the notebook" line; chapter 2's widget measures on ranks and keeps that line. The course's modules on the site are the
-    repository's, byte for byte, and answer with numpy, matplotlib, torch and ipywidgets unimportable
-    (as in Pyodide, which has none of them). ~2 s."""
+    instead of the "run the notebook" line; chapter 2's widget measures on ranks and keeps that line.
+    The course's modules on the site are the repository's, byte for byte, and answer with numpy,
+    matplotlib, torch and ipywidgets unimportable (as in Pyodide, which has none of them). ~2 s."""
     import zipfile
 
     from disttutor.course.site.edition import EN, ZH
@@ -601,7 +602,8 @@ def test_live_widgets_redraw_from_the_course_python_in_a_real_browser(site):
                     problems.append(f"{rel}: Python's files fetched {len(fetched)} times, want once each: {fetched}")
                 calm = was_quiet and quiet()
                 if calm and first > FIRST_ANSWER_S:
-                    problems.append(f"{rel}: the first answer took {first:.1f} s on a quiet machine > {FIRST_ANSWER_S} s")
+                    problems.append(f"{rel}: the first answer took {first:.1f} s on a quiet machine "
+                                    f"> {FIRST_ANSWER_S} s")
                 timings.append(f"{rel}: first answer {first:.1f} s ({'quiet' if calm else 'loaded'} machine, "
                                f"load {os.getloadavg()[0]:.1f})")
                 status = panel.evaluate("p => p.querySelector('.dt-live-status').innerText")
@@ -620,3 +622,29 @@ def test_live_widgets_redraw_from_the_course_python_in_a_real_browser(site):
     print(f"{len(pages)} pages, {len(rows)} moves, {time.monotonic() - t0:.1f} s in the browser")
     assert not problems, "\n".join(problems[:20])
     assert len(rows) == sum(len(MOVES[LIVE[s]]) for _, s in pages)
+
+
+def test_a_widget_is_live_only_where_its_python_reprints_the_saved_output():
+    """The builder makes a widget live only if every saved control maps to its function and that
+    function, at the saved values, prints the saved table again: a renamed control, or a saved table the
+    Python no longer prints (here one digit changed), keeps the saved widget with its "run the notebook"
+    line. The planner's efficiency is read back from its saved table. ~1 s, no browser."""
+    import copy
+
+    from disttutor.course.site import live
+
+    src, state, mid, _ = _saved_widget("01_why_distributed")
+    assert live.spec(src, state, mid)["name"] == "memory"
+    assert live.spec("print('no widget')", state, mid) is None
+    renamed = copy.deepcopy(state)
+    next(m for m in renamed.values() if m["state"].get("description") == "devices")["state"]["description"] = "GPUs"
+    assert live.spec(src, renamed, mid) is None
+    changed = copy.deepcopy(state)
+    out = next(o for m in changed.values() if m["model_name"] == "OutputModel"
+               for o in m["state"]["outputs"] if o["output_type"] == "stream")
+    assert "395.155" in out["text"]
+    out["text"] = out["text"].replace("395.155", "395.156")
+    assert live.spec(src, changed, mid) is None
+    src, state, mid, _ = _saved_widget("13_at_scale")
+    sp = live.spec(src, state, mid)
+    assert sp["name"] == "planner" and 0 < sp["fixed"]["efficiency"] < 1, sp

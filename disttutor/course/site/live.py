@@ -86,8 +86,10 @@ def spec(source: str, state: dict, model_id: str) -> dict | None:
     if fixed is None:
         return None
     got = web.compute(w.name, {k: str(v) for k, v in values.items()}, fixed)
-    if "error" in got and "table" not in got or ("table" in got and saved.strip() and got["table"] != saved.strip("\n")):
-        return None  # the Python no longer draws what the notebook saved: keep the saved widget
+    if "error" in got and "table" not in got:
+        return None  # the saved choice is one the Python now rejects
+    if "table" in got and saved.strip() and got["table"] != saved.strip("\n"):
+        return None  # the Python no longer prints what the notebook saved: keep the saved widget
     return {"name": w.name, "fixed": fixed, "controls": cs}
 
 
