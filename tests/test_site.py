@@ -510,10 +510,10 @@ def _move(panel, c, label):
         panel.locator(f"input{key}").fill(str(c["labels"].index(label)) if "labels" in c else label)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # ~25-45 s; 300 s seen at load average 17-20 (Python starts once per page)
 def test_live_widgets_redraw_from_the_course_python_in_a_real_browser(site):
-    """Each live widget in Chromium, offline: nothing of Python loads before a control is touched; then
-    every move redraws, and the page's table, title and numbers equal the notebook's widget functions'
+    """Each live widget in Chromium, offline: nothing of Python loads before a control is touched; the
+    first touch shows "loading Python…"; then every move redraws, and the page's table, title and numbers equal the notebook's widget functions'
     for the same inputs (computed here); Python's files are fetched once per page, a later move answers
     in under a quarter of the first one's time, and on a quiet machine the first answer comes within
     FIRST_ANSWER_S; no JavaScript error. The planner runs at the chapter's calibrated efficiency, read
@@ -581,6 +581,10 @@ def test_live_widgets_redraw_from_the_course_python_in_a_real_browser(site):
                     kw[key] = web.value(label)
                     t = time.monotonic()
                     _move(panel, cs[key], label)
+                    if k == 1:  # Python takes seconds to start: the panel says so meanwhile
+                        now = panel.evaluate(READ_PANEL)
+                        if now["state"] != "loading" or now["status"] != dict(EN.labels.live_texts)["loading"]:
+                            problems.append(f"{rel}: while Python starts: {now['state']}, {now['status']!r}")
                     page.wait_for_function(f"() => +(document.querySelector('.dt-live').dataset.runs || 0) >= {k}"
                                            " || document.querySelector('.dt-live').dataset.state === 'error'",
                                            timeout=180_000)

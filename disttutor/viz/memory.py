@@ -12,6 +12,7 @@ from typing import Any
 from disttutor.sharding import memory as mem
 
 COLORS = {"weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#55A868", "activations": "#C44E52"}
+YLABEL = "GiB per device"
 DEVICE_GIB = 80.0  # the line at one device's memory: a large data-centre GPU
 # The calculator's controls: keyword of :func:`calculator_view` -> the label a learner reads (the web
 # edition's live widget finds its controls in a notebook's saved widget state by these labels).
@@ -26,6 +27,11 @@ def breakdown_rows(cfg: mem.TrainingSetup, n: int) -> list[dict[str, Any]]:
         b = mem.per_device(setup)
         rows.append({"strategy": name, **{k: round(v / mem.GIB, 3) for k, v in b.items()}})
     return rows
+
+
+def total_labels(rows: list[dict[str, Any]]) -> list[str]:
+    """The label over each strategy's bar: its stacked height in GiB."""
+    return [f"{sum(r[p] for p in mem.PARTS):.1f}" for r in rows]
 
 
 def title(cfg: mem.TrainingSetup, n: int) -> str:
@@ -52,11 +58,11 @@ def plot_strategies(cfg: mem.TrainingSetup, n: int = 8, device_gib: float = DEVI
         vals = [r[part] for r in rows]
         ax.bar(names, vals, bottom=bottom, label=part, color=COLORS[part])
         bottom = [b + v for b, v in zip(bottom, vals)]
-    for i, tot in enumerate(bottom):
-        ax.text(i, tot, f"{tot:.1f}", ha="center", va="bottom", fontsize=8)
+    for i, (tot, label) in enumerate(zip(bottom, total_labels(rows))):
+        ax.text(i, tot, label, ha="center", va="bottom", fontsize=8)
     ax.axhline(device_gib, color="k", ls="--", lw=1)
     ax.text(len(rows) - 0.5, device_gib, f"{device_gib:g} GiB device", ha="right", va="bottom", fontsize=8)
-    ax.set_ylabel("GiB per device")
+    ax.set_ylabel(YLABEL)
     ax.set_title(title(cfg, n))
     ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     ax.legend(fontsize=8, loc="upper right")

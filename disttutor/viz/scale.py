@@ -13,6 +13,7 @@ PARTS = {"compute": "#4C72B0", "bubble": "#BBBBBB", "tp": "#DD8452", "cp": "#817
 # The planner's controls: keyword of :func:`planner_view` -> the label a learner reads (the web
 # edition's live widget finds its controls in a notebook's saved widget state by these labels).
 CONTROLS = {"model": "model", "n_gpus": "GPUs", "hw": "hardware", "seq": "sequence", "global_batch": "global batch"}
+STEP_XLABEL = "seconds per step (derived)"
 NO_FIT = "no layout fits in memory: more GPUs, a shorter sequence or a smaller batch"
 OP_COLORS = {"all_reduce": "#4C72B0", "all_gather": "#55A868", "reduce_scatter": "#C44E52", "send_recv": "#8172B2"}
 
@@ -64,7 +65,7 @@ def plot_step_split(preds: list[planner.Prediction], title: str = ""):
     for i, p in enumerate(preds):
         ax.text(left[i], i, bar_note(p), va="center", fontsize=8)
     ax.invert_yaxis()
-    ax.set(xlabel="seconds per step (derived)", title=title, xlim=(0, max(left) * 1.45))
+    ax.set(xlabel=STEP_XLABEL, title=title, xlim=(0, max(left) * 1.45))
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig

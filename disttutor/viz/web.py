@@ -30,11 +30,10 @@ from disttutor.viz import scale as vscale
 def _memory(preset: str, batch: int, seq: int, precision: str, optimizer: str, n: int) -> dict:
     cfg = vmem.setup(preset, batch, seq, precision, optimizer)
     rows = vmem.breakdown_rows(cfg, n)
-    totals = [sum(r[p] for p in mem.PARTS) for r in rows]  # the bar's height, as plot_strategies stacks it
-    return {"kind": "stacked", "title": vmem.title(cfg, n), "ylabel": "GiB per device",
+    return {"kind": "stacked", "title": vmem.title(cfg, n), "ylabel": vmem.YLABEL,
             "names": [r["strategy"] for r in rows],
             "parts": [[p, vmem.COLORS[p], [r[p] for r in rows]] for p in mem.PARTS],
-            "labels": [f"{t:.1f}" for t in totals], "line": [vmem.DEVICE_GIB, f"{vmem.DEVICE_GIB:g} GiB device"],
+            "labels": vmem.total_labels(rows), "line": [vmem.DEVICE_GIB, f"{vmem.DEVICE_GIB:g} GiB device"],
             "rows": rows, "table": format_table(rows)}
 
 
@@ -60,7 +59,7 @@ def _planner(model: str, n_gpus: int, hw: str, seq: int, global_batch: int, effi
     ranked, rows, title = vscale.planner_rows(model, n_gpus, hw, seq, global_batch, efficiency)
     if not ranked:
         return {"kind": "hbars", "title": title, "error": vscale.NO_FIT, "rows": []}
-    return {"kind": "hbars", "title": title, "xlabel": "seconds per step (derived)",
+    return {"kind": "hbars", "title": title, "xlabel": vscale.STEP_XLABEL,
             "names": [p.layout.name() for p in ranked], "parts": [list(s) for s in vscale.step_split(ranked)],
             "labels": [vscale.bar_note(p).strip() for p in ranked], "rows": rows, "table": format_table(rows)}
 

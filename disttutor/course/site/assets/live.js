@@ -10,7 +10,7 @@
   "use strict";
   var root = document.body.getAttribute("data-root") || "";
   var SVG = "http://www.w3.org/2000/svg";
-  var runtime = null;  // a promise of the ready Pyodide, shared by the page's panels
+  var runtime = null;  // a promise of disttutor.viz.web in the page's Pyodide, shared by its panels
 
   function start() {
     if (runtime) return runtime;
@@ -30,7 +30,7 @@
       var py = both[0];
       py.unpackArchive(both[1], "zip", { extractDir: "/home/pyodide/course" });
       py.runPython("import sys\nsys.path.insert(0, '/home/pyodide/course')\nfrom disttutor.viz import web");
-      return py;
+      return py.globals.get("web");  // the module, kept for the page's life
     });
     return runtime;
   }
@@ -230,11 +230,9 @@
         panel.setAttribute("data-state", "loading");
         status.textContent = texts.loading;
       }
-      start().then(function (py) {
-        var run = py.globals.get("web").run;
-        var res = run(spec.name, JSON.stringify({ labels: labels(), fixed: spec.fixed }));
-        run.destroy();
-        show(JSON.parse(res), performance.now() - t0);
+      start().then(function (web) {
+        show(JSON.parse(web.run(spec.name, JSON.stringify({ labels: labels(), fixed: spec.fixed }))),
+             performance.now() - t0);
       }).catch(fail).then(function () {
         busy = false;
         if (again) { again = false; redraw(); }
