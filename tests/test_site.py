@@ -15,7 +15,14 @@ The Chinese edition (``zh/``) is checked the same way, for every chapter whose
 try the site before the translations are in): its pages, its notebooks byte for byte, its widgets
 counted against the zh notebook, its frame in Chinese, ``lang="zh"``; and every page's language
 switch leads to its counterpart in the other edition, and is there exactly when that exists.
-Wall time (2 loaded cores, both editions of 14 chapters): ~20-40 s to build, ~40-80 s for the browser.
+The live widgets (chapters 1, 7, 13: their controls run the course's Python in the page, with
+Pyodide) are checked without a browser (their panels on both editions' pages, the site's copy of the
+modules answering with numpy, matplotlib and torch unimportable, the builder's rule for making one
+live) and in Chromium, one page each: every move redraws the numbers the notebook's widget functions
+give for the same inputs, and the first answer's time is measured (asserted on a quiet machine).
+Wall time (2 loaded cores, both editions of 14 chapters): ~20-40 s to build, ~40-80 s for the browser,
+~25-45 s more for the live widgets (Python starts once per page). At load average 10-20 (other jobs
+on the same 2 cores) all of it runs 4-8 times as long.
 """
 from __future__ import annotations
 
@@ -389,7 +396,8 @@ def test_live_widgets_are_on_their_pages_and_run_without_numpy_matplotlib_or_tor
     """Chapters 1, 7 and 13 (both editions, the same data, each in its language) carry a live panel
     instead of the "run the notebook" line; chapter 2's widget measures on ranks and keeps that line.
     The course's modules on the site are the repository's, byte for byte, and answer with numpy,
-    matplotlib, torch and ipywidgets unimportable (as in Pyodide, which has none of them). ~2 s."""
+    matplotlib, torch and ipywidgets unimportable (as in Pyodide, which has none of them). A few
+    seconds (13-29 s at load average 13-17)."""
     import zipfile
 
     from disttutor.course.site.edition import EN, ZH
