@@ -12,6 +12,12 @@ from typing import Any
 from disttutor.sharding import memory as mem
 
 COLORS = {"weights": "#4C72B0", "gradients": "#DD8452", "optimizer": "#55A868", "activations": "#C44E52"}
+YLABEL = "GiB per device"
+DEVICE_GIB = 80.0  # the line at one device's memory: a large data-centre GPU
+# The calculator's controls: keyword of :func:`calculator_view` -> the label a learner reads (the web
+# edition's live widget finds its controls in a notebook's saved widget state by these labels).
+CONTROLS = {"preset": "model", "batch": "global batch", "seq": "sequence", "precision": "precision",
+            "optimizer": "optimizer", "n": "devices"}
 
 
 def breakdown_rows(cfg: mem.TrainingSetup, n: int) -> list[dict[str, Any]]:
@@ -23,7 +29,17 @@ def breakdown_rows(cfg: mem.TrainingSetup, n: int) -> list[dict[str, Any]]:
     return rows
 
 
-def plot_strategies(cfg: mem.TrainingSetup, n: int = 8, device_gib: float = 80.0, ax=None):
+def total_labels(rows: list[dict[str, Any]]) -> list[str]:
+    """The label over each strategy's bar: its stacked height in GiB."""
+    return [f"{sum(r[p] for p in mem.PARTS):.1f}" for r in rows]
+
+
+def title(cfg: mem.TrainingSetup, n: int) -> str:
+    return (f"{cfg.params / 1e9:.2f}B params, {cfg.precision}, {cfg.optimizer}, "
+            f"global batch {cfg.batch} x seq {cfg.seq}, on {n} devices")
+
+
+def plot_strategies(cfg: mem.TrainingSetup, n: int = 8, device_gib: float = DEVICE_GIB, ax=None):
     """Stacked bars: GiB per device for each strategy; returns ``(rows, fig)``.
 
     ``device_gib`` draws a line at one device's memory (80 GiB: a large
@@ -42,13 +58,12 @@ def plot_strategies(cfg: mem.TrainingSetup, n: int = 8, device_gib: float = 80.0
         vals = [r[part] for r in rows]
         ax.bar(names, vals, bottom=bottom, label=part, color=COLORS[part])
         bottom = [b + v for b, v in zip(bottom, vals)]
-    for i, tot in enumerate(bottom):
-        ax.text(i, tot, f"{tot:.1f}", ha="center", va="bottom", fontsize=8)
+    for i, (tot, label) in enumerate(zip(bottom, total_labels(rows))):
+        ax.text(i, tot, label, ha="center", va="bottom", fontsize=8)
     ax.axhline(device_gib, color="k", ls="--", lw=1)
     ax.text(len(rows) - 0.5, device_gib, f"{device_gib:g} GiB device", ha="right", va="bottom", fontsize=8)
-    ax.set_ylabel("GiB per device")
-    ax.set_title(f"{cfg.params / 1e9:.2f}B params, {cfg.precision}, {cfg.optimizer}, "
-                 f"global batch {cfg.batch} x seq {cfg.seq}, on {n} devices")
+    ax.set_ylabel(YLABEL)
+    ax.set_title(title(cfg, n))
     ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
@@ -56,17 +71,21 @@ def plot_strategies(cfg: mem.TrainingSetup, n: int = 8, device_gib: float = 80.0
 
 
 def calculator_view(preset: str = "GPT-2 small (12 x 768)", batch: int = 8, seq: int = 1024,
-                    precision: str = "mixed", optimizer: str = "adam", n: int = 8, device_gib: float = 80.0):
+                    precision: str = "mixed", optimizer: str = "adam", n: int = 8, device_gib: float = DEVICE_GIB):
     """What the widget shows for one choice of its controls: ``(rows, fig)``.
 
     A plain function so it can be tested and called without a display.
     """
+    return plot_strategies(setup(preset, batch, seq, precision, optimizer), n=n, device_gib=device_gib)
+
+
+def setup(preset: str, batch: int, seq: int, precision: str, optimizer: str) -> mem.TrainingSetup:
+    """The training set-up the calculator's controls describe (no matplotlib: the web edition calls it)."""
     if preset not in mem.PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {list(mem.PRESETS)}")
     layers, hidden, heads = mem.PRESETS[preset]
-    cfg = mem.TrainingSetup(layers=layers, hidden=hidden, heads=heads, seq=seq, batch=batch,
-                            precision=precision, optimizer=optimizer)
-    return plot_strategies(cfg, n=n, device_gib=device_gib)
+    return mem.TrainingSetup(layers=layers, hidden=hidden, heads=heads, seq=seq, batch=batch,
+                             precision=precision, optimizer=optimizer)
 
 
 def calculator():
@@ -76,12 +95,12 @@ def calculator():
     from IPython.display import display
 
     controls = dict(
-        preset=w.Dropdown(options=list(mem.PRESETS), value="GPT 7B-like (32 x 4096)", description="model"),
-        batch=w.SelectionSlider(options=[8, 16, 32, 64, 128, 256], value=32, description="global batch"),
-        seq=w.SelectionSlider(options=[256, 512, 1024, 2048, 4096], value=1024, description="sequence"),
-        precision=w.ToggleButtons(options=list(mem.PRECISIONS), value="mixed", description="precision"),
-        optimizer=w.ToggleButtons(options=list(mem.OPTIMIZERS), value="adam", description="optimizer"),
-        n=w.SelectionSlider(options=[2, 4, 8, 16, 32, 64], value=8, description="devices"),
+        preset=w.Dropdown(options=list(mem.PRESETS), value="GPT 7B-like (32 x 4096)", description=CONTROLS["preset"]),
+        batch=w.SelectionSlider(options=[8, 16, 32, 64, 128, 256], value=32, description=CONTROLS["batch"]),
+        seq=w.SelectionSlider(options=[256, 512, 1024, 2048, 4096], value=1024, description=CONTROLS["seq"]),
+        precision=w.ToggleButtons(options=list(mem.PRECISIONS), value="mixed", description=CONTROLS["precision"]),
+        optimizer=w.ToggleButtons(options=list(mem.OPTIMIZERS), value="adam", description=CONTROLS["optimizer"]),
+        n=w.SelectionSlider(options=[2, 4, 8, 16, 32, 64], value=8, description=CONTROLS["n"]),
     )
     out, table = w.Output(), w.Output()
     box = w.VBox([w.HBox([controls["preset"], controls["n"]]), w.HBox([controls["batch"], controls["seq"]]),

@@ -6,9 +6,6 @@ functions returning a matplotlib figure (headless runs and tests use them);
 """
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-from matplotlib.patches import Patch
-
 from disttutor.pipeline.schedules import (SCHEDULES, ZB_SCHEDULES, PipeSpec, Slot, bubble_stats, formula, formula_text,
                                           simulate)
 
@@ -21,7 +18,17 @@ _COLORS.update({("I", c): _COLORS[("B", c)] for c in range(4)})
 _COLORS.update({("W", 0): "#74c476", ("W", 1): "#a1d99b", ("W", 2): "#238b45", ("W", 3): "#bcbddc"})
 NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B",
          "interleaved_zb": "interleaved zero bubble", "zbv": "zero bubble V"}
-_IDLE = "#eeeeee"
+IDLE = "#eeeeee"  # idle time: the bubble
+# The widget's controls: field of :class:`PipeSpec` -> the label a learner reads (the web edition's live
+# widget finds its controls in a notebook's saved widget state by these labels). Matplotlib is imported
+# inside the drawing functions: :func:`describe`, :func:`widget_spec`, :func:`title` and
+# :func:`slot_color` run without it (in the web edition's browser too).
+CONTROLS = {"schedule": "schedule", "p": "stages p", "m": "micro-batches m", "v": "stages/rank v"}
+
+
+def slot_color(s: Slot, p: int) -> str:
+    """A slot's colour: its kind, and for interleaved schedules the rank's chunk it belongs to."""
+    return _COLORS[(s.kind, (s.stage // p) % 4)]
 
 
 def draw_gantt(ax, slots: list[Slot], p: int, title: str = "", unit: str = "time", label_mb: bool = True) -> dict:
@@ -31,11 +38,10 @@ def draw_gantt(ax, slots: list[Slot], p: int, title: str = "", unit: str = "time
     span = stats["makespan"]
     for r in range(p):
         # Idle first, as the row's background: whatever the slots do not cover is bubble.
-        ax.barh(r, span, left=0, height=0.8, color=_IDLE, hatch="///", edgecolor="#cccccc", linewidth=0)
+        ax.barh(r, span, left=0, height=0.8, color=IDLE, hatch="///", edgecolor="#cccccc", linewidth=0)
     for s in slots:
-        chunk = s.stage // p
         ax.barh(s.rank, s.end - s.start, left=s.start - t0, height=0.8,
-                color=_COLORS[(s.kind, chunk % 4)], edgecolor="white", linewidth=0.6)
+                color=slot_color(s, p), edgecolor="white", linewidth=0.6)
         if label_mb and (s.end - s.start) > span / 60:
             ax.text(s.start - t0 + (s.end - s.start) / 2, s.rank, str(s.mb), ha="center", va="center",
                     fontsize=7, color="white" if s.kind in ("B", "I") else "black")
@@ -47,15 +53,23 @@ def draw_gantt(ax, slots: list[Slot], p: int, title: str = "", unit: str = "time
     return stats
 
 
-def _legend(ax, v: int, split: bool = False) -> None:
-    handles = []
+def legend_entries(v: int, split: bool = False) -> list[tuple[str, str]]:
+    """The legend's ``(label, colour)`` pairs: forward, backward (or I and W) per chunk, then idle."""
+    out = []
     for c in range(v):
         suffix = f" (chunk {c})" if v > 1 else ""
-        handles += [Patch(color=_COLORS[("F", c % 4)], label="forward" + suffix),
-                    Patch(color=_COLORS[("B", c % 4)], label=("input-grad I" if split else "backward") + suffix)]
+        out += [("forward" + suffix, _COLORS[("F", c % 4)]),
+                (("input-grad I" if split else "backward") + suffix, _COLORS[("B", c % 4)])]
         if split:
-            handles.append(Patch(color=_COLORS[("W", c % 4)], label="weight-grad W" + suffix))
-    handles.append(Patch(facecolor=_IDLE, hatch="///", edgecolor="#cccccc", label="idle (bubble)"))
+            out.append(("weight-grad W" + suffix, _COLORS[("W", c % 4)]))
+    return out + [("idle (bubble)", IDLE)]
+
+
+def _legend(ax, v: int, split: bool = False) -> None:
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=c, hatch="///", edgecolor="#cccccc", label=lb) if c == IDLE else
+               Patch(color=c, label=lb) for lb, c in legend_entries(v, split)]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
@@ -69,19 +83,33 @@ def describe(spec: PipeSpec) -> dict:
             "peak_in_flight": tl.peak_in_flight, "makespan": tl.makespan, "drawn": tl}
 
 
+PEAK_FMT = "%g"  # the peak in-flight bars' labels
+GANTT_UNIT = "time (one forward of a whole rank's layers = 1)"
+
+
+def title(spec: PipeSpec, info: dict) -> str:
+    """The simulated schedule's title: name, p, m, the bubble on the drawing and the formula."""
+    name = NAMES[spec.schedule] + (f", v={spec.v}" if spec.v > 1 else "")
+    return (f"{name}: p={spec.p}, m={spec.m}\nbubble measured on the drawing {info['bubble_drawn']:.3f}"
+            f"  |  formula {info['formula']}")
+
+
+def widget_spec(schedule: str, p: int, m: int, v: int) -> PipeSpec:
+    """The spec the widget's controls describe (v counts only for interleaved); ValueError if none."""
+    return PipeSpec(schedule, p, m, v if schedule == "interleaved" else 1)
+
+
 def theory_figure(spec: PipeSpec, info: dict | None = None):
     """Gantt chart of ``spec`` plus a bar chart of peak in-flight activations per rank."""
+    import matplotlib.pyplot as plt
+
     info = info or describe(spec)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 0.55 * spec.p + 1.8), width_ratios=[4, 1],
                                   constrained_layout=True)
-    name = NAMES[spec.schedule] + (f", v={spec.v}" if spec.v > 1 else "")
-    draw_gantt(ax, info["drawn"].slots, spec.p,
-               title=f"{name}: p={spec.p}, m={spec.m}\nbubble measured on the drawing {info['bubble_drawn']:.3f}"
-                     f"  |  formula {info['formula']}",
-               unit="time (one forward of a whole rank's layers = 1)")
+    draw_gantt(ax, info["drawn"].slots, spec.p, title=title(spec, info), unit=GANTT_UNIT)
     _legend(ax, spec.v, split=spec.schedule in ZB_SCHEDULES)
     bars = ax2.barh(range(spec.p), info["peak_in_flight"], color="#636363")
-    ax2.bar_label(bars, fmt="%g", fontsize=8, padding=2)
+    ax2.bar_label(bars, fmt=PEAK_FMT, fontsize=8, padding=2)
     ax2.set_yticks(range(spec.p), [f"rank {r}" for r in range(spec.p)])
     ax2.set_ylim(spec.p - 0.5, -0.5)
     ax2.set_xlim(0, max(spec.m, max(info["peak_in_flight"])) * 1.25)
@@ -92,6 +120,8 @@ def theory_figure(spec: PipeSpec, info: dict | None = None):
 
 def measured_figure(spec: PipeSpec, measured: list[Slot], note: str = ""):
     """The schedule on paper (left) beside a real run's measured slots (right), both with their bubble."""
+    import matplotlib.pyplot as plt
+
     info = describe(spec)
     stats = bubble_stats(measured, spec.p)
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 0.55 * spec.p + 1.8), constrained_layout=True)
@@ -107,20 +137,21 @@ def measured_figure(spec: PipeSpec, measured: list[Slot], note: str = ""):
 def bubble_widget(spec: PipeSpec | None = None):
     """Controls for schedule, p, m, v -> :func:`theory_figure`. Call from a notebook cell."""
     import ipywidgets as w
+    import matplotlib.pyplot as plt
     from IPython.display import display
 
     spec = spec or PipeSpec()
-    sched = w.Dropdown(options=SCHEDULES, value=spec.schedule, description="schedule")
-    p = w.IntSlider(value=spec.p, min=1, max=8, description="stages p")
-    m = w.IntSlider(value=spec.m, min=1, max=32, description="micro-batches m")
-    v = w.IntSlider(value=spec.v, min=1, max=4, description="stages/rank v")
+    sched = w.Dropdown(options=SCHEDULES, value=spec.schedule, description=CONTROLS["schedule"])
+    p = w.IntSlider(value=spec.p, min=1, max=8, description=CONTROLS["p"])
+    m = w.IntSlider(value=spec.m, min=1, max=32, description=CONTROLS["m"])
+    v = w.IntSlider(value=spec.v, min=1, max=4, description=CONTROLS["v"])
     out = w.Output()
 
     def redraw(*_):
         out.clear_output(wait=True)
         with out:
             try:
-                s = PipeSpec(sched.value, p.value, m.value, v.value if sched.value == "interleaved" else 1)
+                s = widget_spec(sched.value, p.value, m.value, v.value)
             except ValueError as e:  # e.g. interleaved with m not a multiple of p: say so, draw nothing
                 print(f"not drawable: {e}")
                 return
@@ -141,6 +172,8 @@ def model_figure(rows: list[dict], note: str = ""):
 
     ``rows``: :func:`disttutor.pipeline.bubble_model.explain` results (one per schedule and m).
     """
+    import matplotlib.pyplot as plt
+
     schedules = list(dict.fromkeys(r["schedule"] for r in rows))
     fig, axes = plt.subplots(1, len(schedules), figsize=(5.5 * len(schedules), 3.6), sharey=True,
                              constrained_layout=True, squeeze=False)
@@ -172,6 +205,8 @@ def schedules_figure(rows: list[tuple[PipeSpec, list[Slot]]], note: str = ""):
     ``rows``: ``(spec, measured slots)``; every measured panel shares one time axis, so a shorter bar
     row is a faster step.
     """
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(len(rows), 2, figsize=(13, (0.5 * rows[0][0].p + 1.1) * len(rows)),
                              constrained_layout=True, squeeze=False)
     t_max = max(max(s.end for s in ms) - min(s.start for s in ms) for _, ms in rows) * 1e3
@@ -193,6 +228,8 @@ def schedules_figure(rows: list[tuple[PipeSpec, list[Slot]]], note: str = ""):
 
 def balance_figure(runs: list[tuple[str, list[Slot], int]], note: str = ""):
     """Measured timelines of differently split pipelines on one time axis, with each rank's idle share."""
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(len(runs), 2, figsize=(12, 1.6 * len(runs) + 0.6), width_ratios=[4, 1],
                              constrained_layout=True, squeeze=False)
     t_max = max(max(s.end for s in sl) - min(s.start for s in sl) for _, sl, _ in runs) * 1e3

@@ -5,8 +5,9 @@
 Writes DIR (default ``site/`` in the repository): ``index.html`` (the landing page), one page per
 chapter under ``chapters/``, ``glossary.html``, the notebooks and their jupytext sources under
 ``notebooks/`` (the pages link them), and ``assets/`` (styles, the search index, the widget
-renderer). The Chinese edition is the same tree under ``zh/`` (``zh/index.html``,
-``zh/chapters/``, ``zh/glossary.html``, ``zh/notebooks/`` with the translation files), for every
+renderer, Pyodide and the course's modules for the live widgets: ``live.py``). The Chinese
+edition is the same tree under ``zh/`` (``zh/index.html``, ``zh/chapters/``, ``zh/glossary.html``,
+``zh/notebooks/`` with the translation files), for every
 chapter whose ``chapters/zh/NN_topic.ipynb`` exists (``--zh DIR`` reads them from elsewhere);
 each page's top bar links its counterpart in the other edition where there is one (``edition.py``
 holds what differs, ``frame.py`` the links). Only chapters/*.ipynb, chapters/src/*.py,
@@ -25,7 +26,7 @@ import shutil
 import sys
 import time
 
-from disttutor.course.site import notebook, vendor
+from disttutor.course.site import live, notebook, vendor
 from disttutor.course.site.edition import EN, ZH, Edition
 from disttutor.course.site.frame import Frame, esc as _esc, pages_of
 
@@ -56,13 +57,23 @@ def build_chapter(fr: Frame, c, i, out, ex) -> tuple[list[dict], int]:
 
     ed, L, rel = fr.ed, fr.ed.labels, f"chapters/{c.stem}.html"
     nb = nbformat.read(ed.notebook(c.stem), as_version=4)
-    web = notebook.for_the_web(nb, link=lambda stem: fr.chapter_href(rel, stem), kernel_note=L.needs_kernel)
+    made = []
+
+    def live_panel(source, state, model_id):
+        sp = live.spec(source, state, model_id)
+        if sp is None:
+            return None
+        live.strip_controls(state, model_id)
+        made.append(sp["name"])
+        return live.panel(sp, L)
+    web = notebook.for_the_web(nb, link=lambda stem: fr.chapter_href(rel, stem), kernel_note=L.needs_kernel,
+                               live=live_panel)
     src, title = ed.source(c.stem), fr.titles[c.number]
     dt = {"root": fr.root(rel), "home": fr.home(rel), "labels": L, "number": c.number, "title": title,
           "kicker": L.kicker.format(n=c.number) + (L.article.format(s=c.sections) if c.sections != "—" else ""),
           "zh": c.zh, "stem": c.stem, "ipynb": f"notebooks/{c.stem}.ipynb",
           "src": f"notebooks/src/{os.path.basename(src)}" if os.path.exists(src) else None,
-          "widgets": bool(notebook.widget_views(nb)), "topbar": fr.topbar(rel),
+          "widgets": bool(notebook.widget_views(nb)), "live": bool(made), "topbar": fr.topbar(rel),
           "sidebar": fr.sidebar(rel, c.number), "prevnext": fr.prevnext(i)}
     meta = {"name": L.page_title.format(n=c.number, title=title)}
     body, _ = ex.from_notebook_node(web, resources={"dt": dt, "metadata": meta})
@@ -77,7 +88,7 @@ def build_chapter(fr: Frame, c, i, out, ex) -> tuple[list[dict], int]:
     docs = [{"t": f"{c.number}. {title}" + (f" — {s['title']}" if s["title"] else ""), "l": ed.lang,
              "u": ed.prefix + rel + (f"#{s['id']}" if s["id"] else ""), "x": s["text"][:4000]}
             for s in o.sections if s["text"] or s["title"]]
-    return docs, len(notebook.widget_views(nb))
+    return docs, len(notebook.widget_views(nb)), [f"{ed.prefix}{c.number}:{n}" for n in made]
 
 
 def build_glossary(fr: Frame, out, page) -> list[dict]:
@@ -163,13 +174,15 @@ def build(out: str, cache: str, zh: str | None = None) -> str:
             os.makedirs(os.path.join(out, fr.ed.prefix, d), exist_ok=True)
     vendor.install(vendor.HTML_MANAGER, cache, os.path.join(out, "assets", "vendor", "html-manager"))
     vendor.install(vendor.MATHJAX, cache, os.path.join(out, "assets", "vendor", "mathjax"))
+    vendor.install(vendor.PYODIDE, cache, os.path.join(out, "assets", "vendor", "pyodide"))
+    live.package(out)
     exporters = {fr.ed.lang: notebook.exporter(fr.ed.lang) for fr in frames}
     # The lab template's CSS, once for every page of both editions (nbconvert would inline 250 kB into each).
     lab_static = next(os.path.join(p, "static") for p in exporters["en"].template_paths
                       if os.path.exists(os.path.join(p, "static", "index.css")))
     for css in ("index.css", "theme-light.css"):
         shutil.copy(os.path.join(lab_static, css), os.path.join(out, "assets", "lab"))
-    for asset in ("site.css", "site.js"):
+    for asset in ("site.css", "site.js", "live.js"):
         shutil.copy(os.path.join(HERE, "assets", asset), os.path.join(out, "assets"))
     env = _jinja()
 
@@ -177,15 +190,17 @@ def build(out: str, cache: str, zh: str | None = None) -> str:
         return env.get_template("page.html.j2").render(title=_esc(title), body=body, root=fr.root(rel),
                                                        lang=fr.ed.lang, topbar=fr.topbar(rel), sidebar=fr.sidebar(rel),
                                                        nav=fr.ed.labels.side_chapters)
-    docs = []
+    docs, made = [], []
     for fr in frames:
         for i, c in enumerate(fr.chapters):
-            docs += build_chapter(fr, c, i, out, exporters[fr.ed.lang])[0]
+            d, _, m = build_chapter(fr, c, i, out, exporters[fr.ed.lang])
+            docs, made = docs + d, made + m
         docs += build_glossary(fr, out, page)
         build_index(fr, out, page, env, frames[0].chapters)
     with open(os.path.join(out, "assets", "search-index.js"), "w", encoding="utf-8") as f:
         # A script, not a JSON file to fetch: fetch() is refused on file:// pages, a script is not.
         f.write("window.DT_SEARCH = " + json.dumps(docs, ensure_ascii=False, separators=(",", ":")) + ";\n")
+    print(f"live widgets (edition chapter:widget): {' '.join(made) or 'none'}")
     return os.path.join(out, "index.html")
 
 
@@ -194,7 +209,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(ROOT, "site"), help="the site's folder (default: site/)")
     p.add_argument("--zh", default=None, help="the Chinese edition's notebooks (default: chapters/zh/)")
     p.add_argument("--cache", default=os.path.join(ROOT, ".site-cache"),
-                   help="where the widget renderer's npm tarball is kept (default: .site-cache/)")
+                   help="where the npm tarballs (widget renderer, MathJax, Pyodide) are kept (default: .site-cache/)")
     a = p.parse_args(argv)
     t0 = time.monotonic()
     try:

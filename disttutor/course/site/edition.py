@@ -40,6 +40,8 @@ class Labels:
     as_committed: str
     exercise: str        # the banner over an exercise stub: {id}
     needs_kernel: str    # under a widget whose controls call Python (HTML)
+    live_note: str       # under a live widget's controls, until a control is moved (HTML)
+    live_texts: tuple    # (key, text) pairs live.js shows: loading, ready ({ms}), error ({e}), file
     glossary_title: str  # <title> and <h1> of the glossary page
     glossary_intro: str  # HTML
     glossary_chapter: str  # "Chapter {n} — {title}"
@@ -82,6 +84,14 @@ EN_LABELS = Labels(
              "stub you start from (the solutions are not on this site).",
     needs_kernel="This widget is drawn from the state saved when the chapter was built; its controls call "
                  "Python. <strong>Run the notebook to use this widget.</strong>",
+    live_note="<strong>Live:</strong> move a control and the course's own Python (the code this widget "
+              "runs in the notebook) runs in your browser and redraws. Until then the figure below is the one "
+              "saved when the chapter was built.",
+    live_texts=(("loading", "loading Python… (Pyodide, in your browser: a few seconds, once per page)"),
+                ("ready", "computed in your browser by the course's Python in {ms} ms"),
+                ("error", "could not run Python in this browser: {e}"),
+                ("file", "Live widgets need the site served over http (python3 -m http.server in the site's "
+                         "folder); opened as a file, this page shows the saved figure.")),
     glossary_title="Glossary · 术语表",
     glossary_intro="Every term of the course in Chinese and English, in the chapter that introduces it "
                    "(<code>disttutor/course/glossary.yaml</code>; each chapter ends with its part of this "
@@ -102,6 +112,13 @@ ZH_LABELS = Labels(
              "桩代码（本站不提供答案）。",
     needs_kernel="这个小部件（widget）按构建本章时保存的状态绘制；它的控件要调用 Python。"
                  "<strong>运行 notebook 才能使用它。</strong>",
+    live_note="<strong>实时：</strong>移动任一控件，课程自己的 Python 代码（这个小部件在 notebook 里运行的同一份代码）"
+              "就会在你的浏览器里运行并重绘。在此之前，下面是构建本章时保存的图。",
+    live_texts=(("loading", "正在加载 Python…（Pyodide，在你的浏览器里运行：每页一次，需要几秒钟）"),
+                ("ready", "由课程的 Python 在你的浏览器里计算，用时 {ms} 毫秒"),
+                ("error", "无法在此浏览器中运行 Python：{e}"),
+                ("file", "实时小部件需要通过 http 访问本站（在站点目录里运行 python3 -m http.server）；"
+                         "以文件方式打开时，本页只显示保存的图。")),
     glossary_title="术语表 · Glossary",
     glossary_intro="课程中的每个术语，中英对照，列在引入它的那一章下（<code>disttutor/course/glossary.yaml</code>；"
                    "每章末尾列出本章的部分）。原文用到某个术语时，中文沿用原文的说法；原文没有用时，备注会说明。",

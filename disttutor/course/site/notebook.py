@@ -9,7 +9,9 @@ copy of the notebook is adapted for the web:
 * a widget whose controls call back into the kernel (a slider that redraws a figure) is drawn
   from its saved state with those controls disabled -- its figure is the one the build saw -- and
   a line under it (``kernel_note``, in the page's language) says "run the notebook to use this
-  widget". Display-only widgets (progress bars) render as they ended.
+  widget" -- unless it needs no ranks (``live.py``): then the page's own controls sit above the
+  saved output and run the course's Python in the browser. Display-only widgets (progress bars)
+  render as they ended.
 """
 from __future__ import annotations
 
@@ -58,11 +60,13 @@ def _web_markdown(text: str, link) -> str:
     return CHAPTER_LINK.sub(lambda m: f"]({link(m.group(1))}{m.group(2) or ''})", text)
 
 
-def for_the_web(nb, link=lambda stem: f"{stem}.html", kernel_note="Run the notebook to use this widget."):
+def for_the_web(nb, link=lambda stem: f"{stem}.html", kernel_note="Run the notebook to use this widget.",
+                live=None):
     """A copy of ``nb`` adapted as the module docstring says (the committed file is untouched).
 
     ``link(stem)``: the href of chapter ``stem``'s page from this page; ``kernel_note``: the HTML
-    of the line under a widget that needs the kernel."""
+    of the line under a widget that needs the kernel; ``live(source, state, model_id)``: the HTML of
+    a live widget's panel for the cell ``source``'s widget (and the state adapted to it), or None."""
     nb = copy.deepcopy(nb)
     state = widget_state(nb)
     for cell in nb.cells:
@@ -75,6 +79,11 @@ def for_the_web(nb, link=lambda stem: f"{stem}.html", kernel_note="Run the noteb
                 data["text/markdown"] = _web_markdown(data["text/markdown"], link)
             outputs.append(out)
             if WIDGET_VIEW in data and needs_kernel(state, data[WIDGET_VIEW]["model_id"]):
+                panel = live(cell.source, state, data[WIDGET_VIEW]["model_id"]) if live else None
+                if panel is not None:  # live: the page's own controls above the saved output (site/live.py)
+                    outputs.insert(len(outputs) - 1, {"output_type": "display_data", "metadata": {},
+                                                      "data": {"text/html": panel}})
+                    continue
                 for m in _tree(state, data[WIDGET_VIEW]["model_id"]):
                     if CONTROL.search(state[m].get("model_name", "")):
                         state[m]["state"]["disabled"] = True

@@ -1,21 +1,53 @@
-"""Screenshots of the built site for the docs: the landing page and chapter 7's bubble widget.
+"""Screenshots of the built site for the docs: the landing page, chapter 7's bubble widget, a live widget.
 
     python -m disttutor.course.site.screenshots [--site site] [--out docs]
 
 Headless Chromium from the OS (as scripts/browser_check.py finds it), the site read from disk
-(file://, offline); each PNG is reduced to a 256-colour palette so the committed files stay small.
+(file://, offline), except the live widget's page: Python in the page needs it served, so that one
+comes from a local http.server, after a control was moved and the page's Python redrew (chapter 1's
+calculator, on 32 devices). Each PNG is reduced to a 256-colour palette so the committed files stay small.
 """
 from __future__ import annotations
 
 import argparse
+import functools
+import http.server
 import os
 import shutil
 import sys
+import threading
 
 SHOTS = [  # (file, page, element scrolled to the top, or None)
     ("site-landing.png", "index.html", None),
     ("site-ch07-bubble-widget.png", "chapters/07_pipeline_parallel.html", "The-pipeline-bubble-widget"),
 ]
+
+
+LIVE_SHOT = ("site-live-widget.png", "chapters/01_why_distributed.html", "n", "4")  # devices: 32
+
+
+def live_shot(browser, site: str, out: str) -> str:
+    """Chapter 1's calculator after its devices slider moved, drawn by the page's own Python."""
+    name, rel, key, value = LIVE_SHOT
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=site))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/{rel}", wait_until="load")
+        panel = page.locator(".dt-live")
+        panel.locator(f'input[data-key="{key}"]').fill(value)
+        page.wait_for_function("() => document.querySelector('.dt-live').dataset.state === 'ready'", timeout=120_000)
+        path = os.path.join(out, name)
+        panel.screenshot(path=path)
+        page.close()
+        return path
+    finally:
+        server.shutdown()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
 
 
 def chromium() -> str | None:
@@ -51,6 +83,9 @@ def main(argv=None) -> int:
             Image.open(path).convert("RGB").quantize(colors=256).save(path, optimize=True)
             print(f"{path}: {os.path.getsize(path) // 1024} KiB")
             page.close()
+        path = live_shot(browser, a.site, a.out)
+        Image.open(path).convert("RGB").quantize(colors=256).save(path, optimize=True)
+        print(f"{path}: {os.path.getsize(path) // 1024} KiB")
         browser.close()
     return 0
 

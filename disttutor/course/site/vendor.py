@@ -1,4 +1,4 @@
-"""The site's own copies of the two renderers a page needs: ipywidgets' HTML manager and MathJax.
+"""The site's own copies of what a page runs: ipywidgets' HTML manager, MathJax and Pyodide.
 
 nbconvert's HTML pages load ``@jupyter-widgets/html-manager`` from a CDN at view time, so a page read
 offline (or on a network that blocks the CDN) shows no widget. No PyPI package ships that bundle,
@@ -7,7 +7,10 @@ its dependencies: ``dist/embed.js`` is a self-contained webpack bundle of the st
 the output widget and their CSS, with no RequireJS needed). The version is in the range that
 ipywidgets 8 asks for; the tarball is checked against the registry's sha512 recorded here, and kept in
 ``.site-cache/`` so later builds need no network. MathJax comes the same way, for the same reason
-(nbconvert's pages load it from a CDN too).
+(nbconvert's pages load it from a CDN too). Pyodide (CPython compiled to WebAssembly) runs the
+live widgets' Python (``live.py``): its npm package holds the core -- the runtime, the standard
+library, the lock file -- and no package (numpy, matplotlib come from Pyodide's CDN, which a page
+never asks: the live widgets need none of them).
 """
 from __future__ import annotations
 
@@ -48,6 +51,14 @@ MATHJAX = Package(
     "mathjax", "3.2.2",
     "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
     "package/es5/", ("tex-svg-full.js",))
+# The newest release (npm's "latest" on 2026-12-03). It bundles CPython 3.14.2 (its pyodide-lock.json
+# says so); the course's modules need 3.10 or later. The five files are what loadPyodide() fetches:
+# the loader, the Emscripten module, the WebAssembly binary, the standard library and the lock file
+# (about 13.5 MB, fetched by a page only once a reader touches a live widget's control).
+PYODIDE = Package(
+    "pyodide", "314.0.8",
+    "sha512-74Wq1kXOC+CCEzAfxuRAO701nAcCMLjf8NrwvWpu8S41dVMXwXmLQ05dYB+F4e46AdnGo0oq7YHSVUpHsoarLQ==",
+    "package/", ("pyodide.js", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"))
 LICENCES = ("package/package.json", "package/LICENSE")  # name the version and the licence
 
 
