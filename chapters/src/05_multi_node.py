@@ -14,8 +14,9 @@
 #    `mp.spawn`): what it actually does on current PyTorch — `nprocs` times as many processes, clashing ranks —
 #    reproduced safely, and the torchrun form that replaces it.
 # 3. **Launch files for real clusters**, generated from one typed config: a plain torchrun command per
-#    node, a Slurm `sbatch` script and a Kubernetes `PyTorchJob` — each checked by the tool that
-#    will read it.
+#    node (read by torchrun's own parser), a Slurm `sbatch` script (run under a real Slurm started
+#    on this machine, where Slurm is installed) and a Kubernetes `PyTorchJob` (its structure and
+#    torchrun arguments checked; no Kubernetes runs here).
 #
 # **What one machine cannot show.** All "nodes" here are processes on this one machine talking over
 # loopback (`127.0.0.1`), with the backend `launch()` picks (gloo without GPUs). Real multi-node runs add things we cannot measure
@@ -112,7 +113,7 @@ print(format_table(rows))
 #
 # $$\text{RANK} = \text{GROUP\_RANK} \times \text{LOCAL\_WORLD\_SIZE} + \text{LOCAL\_RANK}$$
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
 print(check_rank_layout(envs, res.results, res.world_size))  # and one store for the whole job
 
 # %% [markdown] id="md-05-05"
@@ -137,8 +138,9 @@ print(warning[0][warning[0].index("node_rank"):])
 
 # %% [markdown] id="md-05-07"
 # So what does assign `GROUP_RANK`? When the c10d rendezvous completes, the agents are **sorted** by
-# (host address, agent process id) and numbered in that order. On a real cluster the order follows
-# the nodes' addresses; on one host, the agents' pids. **Consequences:** with c10d, every node runs the
+# (node name, agent process id) and numbered in that order. The name is the agent's `--local-addr`
+# if you pass one, else `socket.getfqdn()`, and it is sorted as a string (`node10` before `node2`);
+# on one host the names are equal and the agents' pids decide. **Consequences:** with c10d, every node runs the
 # *same* command; don't derive anything from `--node-rank`; read `GROUP_RANK`/`RANK` from the
 # environment. If you need a fixed node order, use `--rdzv-backend=static` (then `--node-rank` *is*
 # `GROUP_RANK`, and the job cannot survive losing a node). The source and this run's pids, folded:
@@ -193,7 +195,7 @@ print(warn)
 print("...")
 print("\n".join(proc.stdout.splitlines()[:3]), "...")
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
 print(check_launch_deprecated(proc.returncode, warn, proc.stdout))  # --use-env: its only addition to torchrun's parser
 
 # %% [markdown] id="md-05-10"
@@ -422,8 +424,7 @@ print(f"default join timeout: {join.total_seconds():.0f} s = {join.total_seconds
 
 # %% [markdown] id="md-05-20"
 # Checked by torchrun itself: its own argument parser (`torch.distributed.run.get_args_parser`, the
-# one the `torchrun` command uses) accepts every command. (`tests/test_cluster.py` goes one step
-# further and builds torchrun's launch config from them.)
+# one the `torchrun` command uses) accepts every command.
 
 # %% tags=["nbval-check-output"]
 for cmd in cmds:
@@ -481,7 +482,7 @@ print("bash -n: syntax OK")
 # %% [markdown] id="md-05-23"
 # **Why each line is there.** This script has been run under a real Slurm (22.05: `munged`, `slurmctld`
 # and two `slurmd` on one machine, below), and each of these lines fixes what went wrong there
-# without it (*reported*: the first real run of an earlier version of this script, disttutor issue 29):
+# without it (*reported*: the first real run of an earlier version of this script):
 #
 # | line | without it |
 # |---|---|
@@ -502,21 +503,18 @@ print(cluster.this_environment().replace(sys.prefix, "<this kernel's environment
 
 # %% [markdown] id="md-05-24"
 # ### The script under a real Slurm
-# Where Slurm's Debian packages are installed and the kernel runs as root (the course's CI does it),
+# Where Slurm's Debian packages are installed and the kernel runs as root,
 # `disttutor.multinode.slurm_local.LocalSlurm` starts a **two-node cluster on this machine**: one `munged` with a
 # key of its own, one `slurmctld` and two `slurmd` (nodes `n1` and `n2`, both at `127.0.0.1`, each on
 # its own port), all in a temporary directory and stopped by PID at the end. The generated script is
 # submitted unchanged (only `activate=` left at its default: this kernel's environment).
-# `tests/test_slurm.py` runs it the same way for 1 x 2, 2 x 1 and 2 x 2 processes, a crashing rank,
-# and two jobs sharing one head at the same time.
 
 # %%
 why_not = slurm_local.unavailable()
 run_cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=2, job_name="whoami-2x2", time_limit="00:05:00")
 slurm_run = None
 if why_not:
-    print(f"Not run here: no local Slurm ({why_not}). tests/test_slurm.py runs it where Slurm is installed; "
-          "the course's committed notebook shows its build machine's run.")
+    print(f"Not run here: no local Slurm ({why_not}); the Slurm cells below print nothing.")
 else:
     work = tempfile.mkdtemp(prefix="disttutor-slurm-")
     try:
@@ -546,7 +544,7 @@ else:
 # %% [markdown] id="md-05-25"
 # The job's output file (`%x-%j.out`): the script's own line, then one line per rank, each starting
 # with the **node's task index** (`srun --label`) and the **rank** (torchrun's prefix). The agents'
-# own log lines (torchrun's warnings at shutdown, with paths of the build machine) are counted, not shown.
+# own log lines (torchrun's warnings at shutdown, with this machine's file paths) are counted, not shown.
 
 # %%
 if slurm_run:
@@ -557,8 +555,8 @@ if slurm_run:
 
 # %% [markdown] id="md-05-26"
 # The ranks' reports: the same identity and all-reduces as in section 1, now from a Slurm job. Which
-# Slurm node became `GROUP_RANK` 0 is the rendezvous' choice (sorted by address, then agent pid:
-# section 1), not Slurm's node order, so the `node` column may read either way.
+# Slurm node became `GROUP_RANK` 0 is the rendezvous' choice (sorted by node name, then agent pid:
+# section 1; both nodes here are one host), not Slurm's node order, so the `Slurm node` column may read either way.
 
 # %%
 if slurm_run:
@@ -579,11 +577,10 @@ if slurm_run:
 # rendezvous). The container must be called `pytorch`. Kubeflow Trainer v2 (`TrainJob`) is the
 # successor API; this manifest targets the v1 operator. Apply with `kubectl apply -f job.yaml`.
 #
-# **What of it runs here: not Kubernetes.** The course's build and CI machines have no container
-# runtime (a docker client, no daemon) and no API server for `kubectl`, so neither the operator nor a
-# pod can start. Checked instead: the manifest's v1 structure and torchrun's parser on each pod's
-# arguments (below), and in `tests/test_cluster.py` the two pods' torchrun commands **run** as two
-# processes on loopback with the variables the operator would inject (GROUP_RANK = the pod index).
+# **What of it runs here: not Kubernetes.** Running the manifest needs a Kubernetes cluster with the
+# Training Operator (a container runtime, an API server for `kubectl`); the course assumes none, so
+# neither the operator nor a pod starts here. Checked instead: the manifest's v1 structure and
+# torchrun's parser on each pod's arguments (below).
 
 # %% tags=["nbval-check-output"]
 manifest = cluster.pytorchjob_manifest(cfg)
@@ -726,7 +723,7 @@ reveal("5.q1", my_prediction, measured, rel_tol=0,  # a rank: exact
 answer("5.q2")
 
 # %% [markdown] id="md-05-34" tags=["question"]
-# **Question 5.3.** The article starts `python -m torch.distributed.launch --nproc-per-node 2` on a script that itself calls `mp.spawn(nprocs=2)`. How many training processes run on the 2-GPU machine, and why do their ranks clash?
+# **Question 5.3.** The article (§5.3) starts `python -m torch.distributed.launch --nproc_per_node=4 --nnodes=2 --node_rank=…` on each of 2 machines with 4 GPUs, on `train_script.py`: its §5.2 script with §5.3's `setup()`, whose `main()` calls `mp.spawn(train, args=(world_size,), nprocs=world_size, join=True)` with `world_size = torch.cuda.device_count()`. How many training processes run on each machine, and why do their ranks clash?
 
 # %%
 answer("5.q3")

@@ -454,7 +454,7 @@ print(format_table([{"schedule": r["schedule"], "m": r["m"], "formula": round(r[
                      "+ slot times": round(r["slot_times_only"], 3), "+ gaps (model)": round(r["model"], 3),
                      "measured": round(r["measured"], 3), "model error %": round(100 * r["rel_error"], 1),
                      "F ms": round(r["forward_ms"], 2), "B ms": round(r["backward_ms"], 2),
-                     "gap ms": round(r["gap_ms"], 2), "CPU in gap ms": round(r["cpu_overhead_ms"], 2),
+                     "gap ms": round(r["gap_ms"], 2), "CPU outside slots ms": round(r["cpu_overhead_ms"], 2),
                      "stretch": round(r["stretch"], 2), "compute fraction": round(r["compute_fraction"], 2)}
                     for r in sweep]))
 print(f"{P} ranks on {n_cores} cores; load average {load_before:.1f} before, {load_after:.1f} after")
@@ -483,8 +483,10 @@ if quiet:  # timing asserts only on a quiet machine; elsewhere the verdicts abov
 
 # %% [markdown] id="md-07-21"
 # Reading the columns: *stretch* is a slot's wall time over its CPU time (> 1: the rank had work
-# but no core); *CPU in gap ms* is the CPU time per slot the process spent outside the slots
-# (Python, send/recv, the optimizer step), the rest of *gap ms* is waiting; *compute fraction* is
+# but no core); *CPU outside slots ms* is the CPU time the process spent outside its slots over the
+# whole step, per slot: Python and send/recv between slots, but also the optimizer step and the work
+# before the first slot and after the last. It is not a part of *gap ms* (it can exceed it), so these
+# columns do not split a gap into work and waiting; *compute fraction* is
 # the share of a rank's slots-plus-gaps time spent in slots. What this run says:
 
 # %%
@@ -498,10 +500,11 @@ worst_rel = max(abs(r["rel_error"]) for r in sweep)
 gap, fwd, bwd = (sum(r[k] for r in sweep) / len(sweep) for k in ("gap_ms", "forward_ms", "backward_ms"))
 cpu_gap = sum(r["cpu_overhead_ms"] for r in sweep) / len(sweep)
 frac = [r["compute_fraction"] for r in sweep]
-print(f"- between two slots a rank spends {gap:.1f} ms on average ({min(cpu_gap, gap):.1f} ms of it CPU work), "
-      f"against {fwd:.1f} ms per forward and {bwd:.1f} ms per backward;")
+print(f"- between two slots a rank spends {gap:.1f} ms on average, against {fwd:.1f} ms per forward "
+      f"and {bwd:.1f} ms per backward;")
+print(f"- CPU time outside the slots, optimizer step included: {cpu_gap:.1f} ms per slot;")
 print(f"- so at this size {'most' if min(frac) > 0.5 else 'not most'} of a rank's working time is computation "
-      f"(compute fraction {min(frac):.2f}-{max(frac):.2f}; benchmarks/bench_effects.py repeats this sweep);")
+      f"(compute fraction {min(frac):.2f}-{max(frac):.2f});")
 print(f"- the formula misses by {min(r['measured'] - r['theory'] for r in sweep):+.2f} to "
       f"{max(r['measured'] - r['theory'] for r in sweep):+.2f}; theory + measured overhead misses by at most "
       f"{worst:.2f} ({100 * worst_rel:.0f} % of the measured bubble; "
@@ -513,10 +516,6 @@ if not quiet:
     print(f"(load average {max(load_before, load_after):.1f} on {n_cores} cores during the sweep)")
 
 # %% [markdown] id="md-07-22"
-# `benchmarks/bench_pipeline.py` makes the same comparison with one launch per configuration (GPipe
-# and 1F1B on 4 ranks for m = 4, 8, 16) and prints the bubble model's error too; `benchmarks/bench_effects.py`
-# repeats this section's sizing and reports the bubble's fall next to the load average.
-#
 # ## 5. Two traps, reproduced safely
 #
 # **Fewer micro-batches than stages.** With m < p the pipe never fills. GPipe runs anyway (the
@@ -647,18 +646,21 @@ print("I then W == one full backward (bit for bit):", split_equals_full)
 assert split_equals_full  # the same kernels on the same inputs: the split changes when, not what
 
 # %% [markdown] id="md-07-28"
-# PyTorch 2.13 ships two zero-bubble schedules in `torch.distributed.pipelining`, both with two (or
-# more) stages per rank:
+# PyTorch 2.13 ships three schedules in `torch.distributed.pipelining` that split the backward into
+# I and W, all with several stages per rank:
 #
 # * `ScheduleInterleavedZeroBubble` (the paper's ZB1P) — looped placement like interleaved 1F1B:
-#   rank r holds stages r and r + p;
+#   rank r holds stages r, r + p, … (two here);
 # * `ScheduleZBVZeroBubble` (ZB-V) — exactly two stages per rank placed in a **V**: rank r holds
-#   stages r and 2p − 1 − r, so the model runs down the ranks and back up, and the first and last
-#   stage share rank 0 (the loss's gradient turns around without a send).
+#   stages r and 2p − 1 − r, so the model runs down the ranks and back up. The first and last stage
+#   share rank 0, and the two stages at the V's tip (p − 1 and p) share rank p − 1: the hand-off
+#   there, forward and backward, needs no send;
+# * `ScheduleDualPipeV` — DeepSeek's DualPipe in the same V placement (not simulated or run here).
 #
-# `disttutor.pipeline.schedules` simulates both (their orders are copied from torch's, and a test
-# compares them action for action with torch's own `pipeline_order`). Each B becomes an I and a W of
-# half its cost. The green W blocks are the work that moved into the bubble:
+# In every schedule the last stage computes the loss and starts the backward itself: no schedule
+# sends the loss's gradient. `disttutor.pipeline.schedules` simulates the first two (their orders
+# are copied from torch's and equal torch's own `pipeline_order`, action for action). Each B becomes
+# an I and a W of half its cost. The green W blocks are the work that moved into the bubble:
 
 # %%
 from disttutor.viz.pipeline import balance_figure, schedules_figure
@@ -740,8 +742,8 @@ assert all(c["equals single-process"] and c["order == simulator"] for c in check
 assert checks["zbv"]["stages per rank"] == [[0, 3], [1, 2]] and checks["zbv"]["actions"] == "FIW"
 
 # %% [markdown] id="md-07-31"
-# Both zero-bubble schedules run on CPU gloo ranks in torch 2.13, train exactly like one process
-# (same tolerance as section 4, same reason: float32 summation order), and run the order the
+# The two zero-bubble schedules run on CPU gloo ranks in torch 2.13, train like one process
+# (within the same tolerance as section 4, same reason: float32 summation order), and run the order the
 # simulator draws — with every B replaced by an I and a W. The measured timelines, on one time axis
 # (a shorter row is a faster step), beside their simulations:
 
@@ -773,9 +775,23 @@ print(f"- fastest zero-bubble step: {faster} at {by[faster]['step ms']:.0f} ms a
       f"{by['1f1b']['step ms']:.0f} ms -> " + ("zero bubble wins on this machine" if by[faster]["step ms"]
                                                 < by["1f1b"]["step ms"] else "1F1B wins on this machine"))
 
+# %% tags=["proof", "nbval-check-output"]
+# Sends between ranks per step: each micro-batch's activation crosses every stage boundary whose two
+# stages sit on different ranks, and its gradient crosses back. Two adjacent stages on one rank hand
+# over without a send (torch/distributed/pipelining/schedules.py: is_next_stage_on_this_rank).
+sends = {}
+for name in zb_runs:
+    rank_of = {stage: r for r, stages in enumerate(checks[name]["stages per rank"]) for stage in stages}
+    hops = sum(rank_of[k] != rank_of[k + 1] for k in range(len(rank_of) - 1))
+    sends[name] = 2 * hops * ZB["microbatches"]
+assert sends["interleaved"] == sends["interleaved_zb"] == 3 * sends["1f1b"] and sends["zbv"] == 2 * sends["1f1b"]
+print(f"sends between ranks per step (m = {ZB['microbatches']}): "
+      + ", ".join(f"{k} {v} ({v / sends['1f1b']:g}x)" for k, v in sends.items()))
+
 # %% [markdown] id="md-07-32"
 # Read the measured bubble with the previous section in mind: on CPU ranks a slot is milliseconds
-# and each of the two-stage-per-rank schedules issues twice the sends and receives of 1F1B, so the
+# and the two-stage-per-rank schedules hand more tensors between ranks than 1F1B (counted above: on
+# 2 ranks the interleaved ones three times as many, ZB-V twice, its V's tip being one rank), so the
 # per-slot overhead (which no schedule removes) is a larger share than the bubble the schedule
 # removes; and when the ranks share cores with other work, an idle rank lends its core to the busy
 # one. The schedules pay off where the simulation's assumptions hold: GPUs, where a slot is
@@ -853,7 +869,7 @@ if disttutor.quiet(load_bal, ranks=2) and gaps <= 0.1:  # a timing claim: a quie
 # `disttutor/plain/pipeline.py` is the whole technique in torch alone, no course code: the model
 # split into `PipelineStage`s, `Schedule1F1B`, a few steps, and a check against single-process
 # training. Run it with `torchrun --nproc-per-node 2 pipeline.py` on CPU (gloo), or unchanged on a GPU
-# node (NCCL, one GPU per rank); a test runs it on 2 CPU ranks. The lines that matter:
+# node (NCCL, one GPU per rank). The lines that matter:
 
 # %%
 show_code("disttutor.plain.pipeline", "pipeline")

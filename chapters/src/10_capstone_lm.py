@@ -144,20 +144,20 @@ print(f"vocabulary: {tok.vocab_size} characters; id 0 is {tok.chars[0]!r} -- ign
 assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 
 # %% [markdown] id="md-10-08"
-# The rest of the list, each caught by a test in `tests/test_ch10_model.py` or shown by a run below:
+# The rest of the list:
 #
-# | article | problem | fix | caught by |
-# |---|---|---|---|
-# | no `import math` | `NameError` | import it | `test_bug_math_never_imported` |
-# | `self.d_model` never set | `AttributeError` | store it | `test_bug_d_model_never_stored` |
-# | `TransformerEncoderLayer(d_model, nhead)` | attends across the batch | `batch_first=True` | `test_bug_layout_mixes_the_batch` |
-# | `self.pe[:x.size(0)]` | encodes batch index, not position | `pe[:, :T]` | `test_bug_positional_encoding_indexes_the_batch` |
-# | no mask | reads the token it predicts | causal mask | `test_bug_no_causal_mask_reads_the_future`, `test_corrected_model_is_causal` |
-# | no shift; `ignore_index=0` | learns to copy; drops a real character | `lm_loss` shifts, ignores nothing | `test_bug_loss_without_shift_rewards_copying`, `test_bug_ignore_index_zero_drops_a_real_character` |
-# | §10.3 `criterion(output, target)` | 3-D logits: classes read from the time axis, error | flatten / `lm_loss` | `test_bug_accumulation_loss_on_3d_output_raises` |
-# | §10.3 `checkpoint(layer, x)` | no `use_reentrant` (warning, announced error); cannot take the mask | `checkpoint(layer, h, src_mask=..., use_reentrant=False)` | `test_bug_checkpoint_wrapper` |
-# | `torch.save(model.state_dict())` of the DDP model | keys start with `module.` | `get_state_dict` / `model.module` | `test_training_lowers_validation_loss` |
-# | `GradScaler()`, `autocast()`; `.to(rank)`; `mp.spawn` | §10 calls the first two without importing them (`NameError`; §8's `torch.cuda.amp` spelling is deprecated); on node 2 the global rank is no GPU index; from a notebook `mp.spawn` pickles functions of `__main__`, which its children cannot import | `torch.amp.GradScaler(device)` / `torch.autocast(device)` (chapter 8); `LOCAL_RANK` (chapter 5); a module started by torchrun (chapters 0, 9) | their chapters' tests and the run below |
+# | article | problem | fix |
+# |---|---|---|
+# | no `import math` | `NameError` | import it |
+# | `self.d_model` never set | `AttributeError` | store it |
+# | `TransformerEncoderLayer(d_model, nhead)` | attends across the batch | `batch_first=True` |
+# | `self.pe[:x.size(0)]` | encodes batch index, not position | `pe[:, :T]` |
+# | no mask | reads the token it predicts | causal mask |
+# | no shift; `ignore_index=0` | learns to copy; drops a real character | `lm_loss` shifts, ignores nothing |
+# | §10.3 `criterion(output, target)` | 3-D logits: classes read from the time axis, error | flatten / `lm_loss` |
+# | §10.3 `checkpoint(layer, x)` | no `use_reentrant` (warning, announced error); cannot take the mask | `checkpoint(layer, h, src_mask=..., use_reentrant=False)` |
+# | `torch.save(model.state_dict())` of the DDP model | keys start with `module.` | `get_state_dict` / `model.module` |
+# | `GradScaler()`, `autocast()`; `.to(rank)`; `mp.spawn` | §10 calls the first two without importing them (`NameError`; §8's `torch.cuda.amp` spelling is deprecated); on node 2 the global rank is no GPU index; from a notebook `mp.spawn` pickles functions of `__main__`, which its children cannot import | `torch.amp.GradScaler(device)` / `torch.autocast(device)` (chapter 8); `LOCAL_RANK` (chapter 5); a module started by torchrun (chapters 0, 9) |
 
 # %% [markdown] id="md-10-09"
 # ## 2. The article's training function, run under DDP as written
@@ -200,14 +200,15 @@ run_attempts(range(6, len(article_ddp.FIXES) + 1), ladder)
 warned = sorted({w for results in ladder for res in results for w in res["warnings"]})
 print("torch warned along the way (never an error):", *[f"  - {w}" for w in warned], sep="\n")
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
 print(check_article_ladder(ladder, article_ddp.FIXES))
 
 # %% [markdown] id="md-10-10"
 # Read the ladder top to bottom: each line is a real failure on a real rank, in the order a learner
-# would meet them. Two of them are not in the model-bug table above, because they only appear under
-# DDP: the `.to(rank)` that assumes a GPU per rank (chapter 5: on a second node the global rank is not
-# a device index either), and the **positional-encoding buffer**: DDP broadcasts rank 0's buffers
+# would meet them. Four of them are not in the model-bug table above: the `TextDataset` the article
+# never defines, and three that come with the distributed setup: the `nccl` backend and
+# `DDP(model, device_ids=[rank])` on a machine without GPUs (the first callout below), and the
+# **positional-encoding buffer**: DDP broadcasts rank 0's buffers
 # before every forward (`broadcast_buffers=True`), and the article's `pe.unsqueeze(0).transpose(0, 1)`
 # is a view whose size-1 dimension keeps a stride of `max_len * d_model`; the coalesced broadcast's
 # copy-back refuses it as overlapping memory. `pe.unsqueeze(1)` has the same shape and ordinary strides.
@@ -336,7 +337,7 @@ val = r["history"]["val"]
 print(f"validation loss {val['0']:.3f} -> {val[str(cfg.steps)]:.3f} in {r['wall_s']:.0f} s of training "
       f"({cfg.steps} steps, load {os.getloadavg()[0]:.1f})")
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
 print(check_training_run(val, cfg.steps, r, live))
 
 # %%
@@ -371,7 +372,7 @@ total_tps = sum(s["tokens_per_s"] for s in prof.values())
 print(f"total: {total_tps:.0f} tokens/s on {len(prof)} ranks (whole run, unprofiled: "
       f"{r['tokens_per_s_rank'] * train_run.world_size:.0f} tokens/s; load {os.getloadavg()[0]:.1f})")
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
 print(check_time_split(prof, lm_profile.PARTS, on_cpu=not torch.cuda.is_available()))
 
 # %% [markdown] id="md-10-16"
@@ -428,8 +429,7 @@ show_code("disttutor.plain.dcp", "load")
 # %% [markdown] id="md-10-19"
 # `dcp.load` fills the tensors of a state dict *in place*, so it needs one of the right structure
 # first: `get_state_dict` of the fresh model and optimizer (for AdamW it creates the moment tensors).
-# `set_state_dict` then hands them to model and optimizer. `tests/test_plain_scripts.py` runs this
-# script on 2 CPU ranks and checks the resumed run is bit-identical.
+# `set_state_dict` then hands them to model and optimizer.
 #
 # We run a short job twice: uninterrupted, and with `fail_at_step=9` — rank 1 SIGKILLs itself at
 # step 9 of the first attempt. `launch(..., max_restarts=1)` is torchrun's `--max-restarts=1`: it
@@ -445,7 +445,7 @@ fr = fault_run.results[0]
 print(f"attempt {fr['attempt'] + 1} finished, resumed from step {fr['resumed_from']}; "
       f"checkpoints kept: {sorted(n for n in os.listdir(ck_dir) if n.startswith('step_'))}")
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
 a = torch.load(os.path.join(ref_run.run_dir, FINAL_PARAMS), weights_only=True)
 b = torch.load(os.path.join(fault_run.run_dir, FINAL_PARAMS), weights_only=True)
 # Same ops, same order, same data, same RNG states; with 2 ranks the all-reduce a+b does not depend on
@@ -473,9 +473,9 @@ except disttutor.LaunchError as e:
     assert "rank 1" in str(e)
 
 # %% [markdown] id="md-10-21"
-# A crash *during* a save leaves `step_N.tmp/`, which is never loaded: `tests/test_ch10_train.py`
-# kills rank 1 between writing and committing the checkpoint of step 4, and checks the job resumes
-# from step 2 and still ends bitwise equal (`test_killed_rank_resumes_exactly[True-2]`).
+# A crash *during* a save leaves `step_N.tmp/`, which is never loaded: every rank writes into the
+# `.tmp` directory and rank 0 renames it to `step_N/` (the commit) only when all have finished, so a
+# job killed between writing and committing a checkpoint resumes from the previous complete one.
 #
 # ### Exercise 10.1 — write the resume logic
 #

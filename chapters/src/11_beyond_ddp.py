@@ -364,7 +364,7 @@ print(check_fsdp_checkpoint(F2, n))
 #
 # `disttutor/plain/fsdp2.py` is all of the above that you would copy into your own project, torch
 # only: `fully_shard` per block then the root, a few AdamW steps, a DCP save and reload. It runs
-# as `torchrun --nproc-per-node 2 fsdp2.py` on CPU (gloo) and unchanged on GPUs (NCCL); a test runs it:
+# as `torchrun --nproc-per-node 2 fsdp2.py` on CPU (gloo) and unchanged on GPUs (NCCL):
 
 # %%
 show_code("disttutor.plain.fsdp2")
@@ -406,27 +406,13 @@ print(check_flat_vs_per_param(views))
 #   to share `requires_grad` (or `use_orig_params=True`, which fakes per-parameter views on the flat
 #   storage). FSDP2 freezes exactly that weight: it got no gradient and did not move.
 # * **Why the flat design existed**: one all-gather of one contiguous buffer per unit is the fastest
-#   communication. FSDP2 keeps that — it copies the unit's shards into one buffer for each
-#   all-gather (the `FSDP::all_gather_copy_out` regions in the trace) — while the user sees
+#   communication. FSDP2 keeps that — it copies the unit's shards into one buffer before each
+#   all-gather (`all_gather_copy_in`, inside a profiler trace's `FSDP::all_gather` regions) and the
+#   gathered buffer back out into each parameter's full tensor after it (the `FSDP::all_gather_copy_out`
+#   regions) — while the user sees
 #   ordinary, named, DTensor parameters. That is why FSDP2 composes with tensor parallelism on a 2D
 #   mesh (section 3) and with DCP, and FSDP1 is deprecated.
 # * torch's FSDP1 needs an accelerator (the line above), so the flat view here is the course's own.
-#
-# **Stanford CS336's tests.** Assignment 2 of Stanford's CS336 (*Language Modeling from Scratch*)
-# tests a student's sharded optimiser and FSDP. `benchmarks/cs336/run.py` runs those tests
-# (`tests/test_sharded_optimizer.py`, `tests/test_fsdp.py`, from a copy you fetch; their code is
-# not in this course) against this course's ZeRO-1 and FSDP through a thin adapter
-# (`benchmarks/cs336/adapters.py`). *Reported* (that script, assignment commit 9d95f3b, on the
-# course's development machine): both sharded-optimizer tests (AdamW with weight decay, a frozen
-# bias, tied weights) pass; of the FSDP tests, fp16 compute and both gradient-sync tests pass, and
-# `test_fsdp_correctness[fp32]` fails by 1.5e-8 on `linear1.weight`, float32 rounding (1-2 ulps): it
-# demands *bitwise* equality with training on the full batch, but the mean of two half-batch
-# gradients is not bitwise the full-batch gradient (the sums run in another order). Torch's own
-# FSDP2 through the same adapter (`--impl torch_fsdp2`) fails it identically, same parameter, same
-# difference. Their gradient-sync test checks the wrapped module's parameters: in the flat design
-# those are the empty, frozen placeholders above, so its loop has nothing to check and passes —
-# the flat-parameter difference again; with FSDP2 it errors instead, because it all-gathers the
-# norm weights' gradients as if they were replicated tensors, and FSDP2 shards those too.
 
 # %% [markdown] id="md-11-16"
 # ## Exercise 11.2 — FSDP from scratch (the flat design)
@@ -535,7 +521,7 @@ tp = disttutor.launch("tensor_parallel", nproc=4, **LAUNCH)
 for pl in tp.results[0]["placements"]:
     print(f"{pl:28}", " | ".join(f"rank {k}: {r['placements'][pl]}" for k, r in enumerate(tp.results[:2])), "| ...")
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
 print(check_tp_placements([r["placements"] for r in tp.results]))
 
 # %% [markdown] id="md-11-18"

@@ -393,7 +393,7 @@ Markdown(f"Each rank routed {sum(EP[0]['tokens_per_expert'])} (token, expert) pa
 pl = disttutor.launch(PROGRAM, nproc=4, args={"part": "placements"}, **LAUNCH)
 viz.one_dim_figure(pl.results);
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
 ONE = [r["placements"]["one_dim"] for r in pl.results]
 print(check_one_dim_placements(ONE))
 
@@ -434,8 +434,7 @@ Markdown(f"Under `(Shard(0), Shard(0))` mesh coordinate (0, 1) holds rows {neste
 #
 # Everything above in one file you can copy: torch only, `torchrun --nproc-per-node 2
 # disttutor/plain/tp.py` on CPU (gloo), unchanged on GPUs (NCCL, one GPU per rank). It splits an MLP
-# with `parallelize_module` and checks output and gradients against the unsplit copy
-# (`tests/test_ch12_tensor_parallel.py` runs it on 2 CPU ranks):
+# with `parallelize_module` and checks output and gradients against the unsplit copy:
 
 # %%
 show_code("disttutor.plain.tp")

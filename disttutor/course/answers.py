@@ -140,12 +140,14 @@ def _():
 
 @_answer("5.q3")
 def _():
-    return ("`torch.distributed.launch --nproc-per-node 2` starts 2 processes, and each of them calls "
-            "`mp.spawn(nprocs=2)`: **4** training processes on a 2-GPU machine. Each computes its rank from "
-            "its own arguments, so two processes claim rank 0 and two rank 1 of a world the script says is of "
-            "size 2: the processes meet at the same address as duplicate ranks. Section 2 ran it and showed "
-            "what this torch says. The fix: one launcher. torchrun starts the processes and sets `RANK`, "
-            "`LOCAL_RANK`, `WORLD_SIZE`; the script only reads them.")
+    return ("On each machine `torch.distributed.launch --nproc_per_node=4` starts 4 processes, and each of them "
+            "calls `mp.spawn(nprocs=torch.cuda.device_count())`, 4 more: **16** training processes per machine, "
+            "32 on the two, where 8 were meant (one per GPU). Each child takes its rank from its spawn index "
+            "(0-3) and the world size from `device_count()` (4): eight processes claim each of the ranks 0-3 "
+            "of a world the script says is of size 4, and all meet at the same `MASTER_ADDR` as duplicate "
+            "ranks. Section 2 ran a small copy of it (2 launched x 2 spawned) and showed what this torch says. "
+            "The fix: one launcher. torchrun starts the processes and sets `RANK`, `LOCAL_RANK`, "
+            "`WORLD_SIZE`; the script only reads them.")
 
 
 @_answer("6.q2")

@@ -104,7 +104,7 @@ if __name__ == "__main__":
     main()
     # gloo's threads may still run while Python's exit-time destructors free their objects (torch
     # 2.13 on CPU): a rank whose work is done can then abort with SIGABRT, and torchrun reports the
-    # job as failed (seen once in a CI run, after "OK"). Skip interpreter finalisation: flush and leave.
+    # job as failed (seen once, after "OK"). Skip interpreter finalisation: flush and leave.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
