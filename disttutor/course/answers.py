@@ -202,12 +202,15 @@ def _():
     tiny, cut = 2.0 ** -24, 2.0 ** -25
     # fp16's largest finite value is (2 - 2**-10) * 2**15 = 65504; from half an ulp above it (2**4) a cast rounds to inf
     inf_from = (2 - 2.0 ** -10) * 2.0 ** 15 + 2.0 ** 4
-    return (f"fp32: {4 * n / 1e6:.0f} MB per all-reduce, fp16: **{2 * n / 1e6:.0f} MB**. torch's `fp16_compress_hook`\n"
-            "casts the bucket to fp16, then divides by the world size, both before the all-reduce, so the sum stays\n"
-            f"in range (a gradient of {inf_from:.0f} or more already overflows in the cast).\n"
+    # The division runs in fp16 after the cast (default_hooks._compress_hook): g/W underflows where g did not.
+    return (f"fp32: {4 * n / 1e6:.0f} MB per step (all buckets together), fp16: **{2 * n / 1e6:.0f} MB**. torch's\n"
+            "`fp16_compress_hook` casts the bucket to fp16, then divides it by the world size W, both before the\n"
+            f"all-reduce, so the sum stays in range (a gradient of {inf_from:.0f} or more already overflows in the cast).\n"
             f"fp16's smallest positive number is the subnormal 2⁻²⁴ = {tiny:.2e}; anything up to half of it,\n"
-            f"2⁻²⁵ = **{cut:.2e}**, rounds to zero and is lost: one reason to prefer bf16 (fp32's exponent range)\n"
-            "where the hardware has it.")
+            f"2⁻²⁵ = {cut:.2e}, rounds to zero. The division by W runs in fp16 too, so a gradient is lost\n"
+            f"whenever its share g/W is that small: everything below **W × 2⁻²⁵** ({4 * cut:.2e} on 4 ranks),\n"
+            "and a little above it, since the cast rounds g first.\n"
+            "One reason to prefer bf16 (fp32's exponent range) where the hardware has it.")
 
 
 @_answer("9.q2")
