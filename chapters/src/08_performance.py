@@ -63,10 +63,9 @@ print(f"autocast dtype: {prec.name}, GradScaler needed: {prec.scaler}")
 # %% [markdown] id="md-08-04"
 # **Why fp16 needs loss scaling.** fp16 has 5 exponent bits and 10 fraction bits. Its smallest
 # positive number is a subnormal, and round-to-nearest sends anything up to half of it to **zero**:
-# small gradients vanish. The scaler multiplies the loss (hence every gradient) by a scale before
-# backward and divides again, in fp32, before the step. The scale starts at `2**16`, halves after a
-# step with inf/NaN gradients and doubles after 2000 steps without. bf16 has fp32's 8 exponent bits:
-# the same range, fewer fraction bits (7 against 23), no underflow here.
+# small gradients vanish. The scaler multiplies the loss (hence every gradient) by a scale (`2**16`
+# at first, halved after an overflow) before backward and divides again, in fp32, before the step.
+# bf16 has fp32's 8 exponent bits: the same range, fewer fraction bits (7 against 23), no underflow here.
 
 # %%
 fi16 = torch.finfo(torch.float16)
@@ -122,8 +121,7 @@ print(ch08.check_amp_rounding(a))
 # %% [markdown] id="md-08-07"
 # **Is autocast faster?** At every matmul it *casts* fp32 weights and activations to bf16, then
 # multiplies in bf16. That pays only on hardware with fast bf16 math (GPU tensor cores; on CPUs the
-# AVX-512 bf16 dot products, flag `avx512_bf16`, or Intel's AMX tiles, flag `amx_bf16`), and only
-# when the matmuls are large against the casts. The next
+# flags `avx512_bf16` or `amx_bf16`), and only when the matmuls are large against the casts. The next
 # cell times both sides on one thread: the chapter's model at its per-rank batch, and 3 × Linear(1024,
 # 1024) at 256 rows. If bf16 is slower even on the large stack, this CPU has no bf16 unit torch uses.
 
@@ -142,8 +140,7 @@ print(f"predicted DDP step ratio {1 + extra_ms / a['step_ms_fp32']:.2f}, measure
 
 # %% [markdown] id="md-08-08"
 # The predicted ratio adds autocast's measured extra cost (three matmuls per layer: forward, and the
-# backward's two) to the fp32 step. Where the two fall on opposite sides of 1, the trade is smaller
-# than the step's run-to-run noise: the matmuls are a small part of this step.
+# backward's two) to the fp32 step. Opposite sides of 1: the trade is below the step's noise.
 #
 # **On GPUs**, a published measurement of the same model in full and mixed
 # precision: throughputs *reported* by the source, speed-ups *derived*. At batch 1 mixed precision is
@@ -378,9 +375,9 @@ print(check_compress_hook(fp16_compress_hook))
 # %% [markdown] id="md-08-14"
 # ### Buckets and overlap, `gradient_as_bucket_view`, `static_graph`
 #
-# DDP groups gradients into **buckets** of about `bucket_cap_mb` MiB (default 25: a bucket is closed
-# once it reaches the cap, so one gradient larger than the cap gets a bucket of its own) and
-# all-reduces a bucket once its gradients are ready, while the backward goes on: the **overlap**. Left unset,
+# DDP groups gradients into **buckets** of about `bucket_cap_mb` MiB (default 25; a bucket closes once
+# it reaches the cap, so it can exceed it) and all-reduces a bucket once its gradients are ready,
+# while the backward goes on: the **overlap**. Left unset,
 # `bucket_cap_mb` also gives one bucket a 1 MiB cap (`dist._DEFAULT_FIRST_BUCKET_BYTES`) so the
 # gradients that finish last do not wait in a large one; set it, and every bucket gets the same cap.
 # Small buckets start earlier and pay the per-call latency more often.
@@ -525,8 +522,7 @@ print("checked: every bucket was booked on the link when DDP handed it over, and
 #
 # **Compression on the link.** torch's own hooks, inside `emulated_all_reduce(link)`: every
 # `dist.all_reduce` they call crosses the link with the bytes it really sends. A shallower model, at
-# a batch sized on this machine for its compute to take about a quarter of the fp32 link time (a busy
-# machine stretches the compute, as the step column shows):
+# a batch sized for the link to dominate (the step column shows whether it did):
 
 # %%
 comp = e["compression"]
@@ -547,8 +543,8 @@ print(ch08.check_faster("step on the link", "fp16", f16["step_s"], "fp32", f32["
 print(ch08.check_link_bytes(comp))
 
 # %% [markdown] id="md-08-21"
-# Fewer bytes shorten the link time about in proportion (the link column above; every transfer also
-# pays α). The step time also holds
+# Fewer bytes shorten the link time about in proportion (the link column; each transfer also pays α).
+# The step time also holds
 # the compute and the late transfers, so on a busy machine it need not follow. PowerSGD's many small
 # all-reduces run one after another, and on a busy machine many are late.
 #
@@ -568,8 +564,8 @@ print(ch08.check_faster("k=4 step on the link", "no_sync", ns["once_s"], "syncin
 # %% [markdown] id="md-08-23"
 # **`gradient_as_bucket_view=True`.** By default (`False`) every gradient exists twice: in `p.grad`
 # and, copied, in its bucket. With it, `p.grad` *is* a view into the bucket: no copy, and one
-# gradient-sized block of memory less; the price, in torch's documentation: such a `.grad` cannot be
-# `detach_()`ed. Measured by asking each tensor which storage it lives in:
+# gradient-sized block of memory less (the cost: such a `.grad` cannot be `detach_()`ed). Measured by
+# asking each tensor which storage it lives in:
 
 # %% tags=["nbval-check-output"]
 bv = {v["flag"]: v for v in t["bucket_view"]}

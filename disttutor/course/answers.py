@@ -203,13 +203,12 @@ def _():
     # fp16's largest finite value is (2 - 2**-10) * 2**15 = 65504; from half an ulp above it (2**4) a cast rounds to inf
     inf_from = (2 - 2.0 ** -10) * 2.0 ** 15 + 2.0 ** 4
     # The division runs in fp16 after the cast (default_hooks._compress_hook): g/W underflows where g did not.
-    return (f"fp32: {4 * n / 1e6:.0f} MB per step (all buckets together), fp16: **{2 * n / 1e6:.0f} MB**.\n"
+    return (f"fp32: {4 * n / 1e6:.0f} MB per step, fp16: **{2 * n / 1e6:.0f} MB**.\n"
             "torch's `fp16_compress_hook` casts the bucket to fp16, then divides it, in fp16, by the world size W,\n"
             f"both before the all-reduce, so the sum stays in range (from {inf_from:.0f} up, a gradient overflows in the cast).\n"
-            f"The cast rounds to zero anything up to 2⁻²⁵ = {cut:.2e} (half of fp16's smallest positive number,\n"
-            f"the subnormal 2⁻²⁴ = {tiny:.2e}), and the division then zeroes every share g/W that small:\n"
-            f"everything below **W × 2⁻²⁵** is lost ({4 * cut:.2e} on 4 ranks; a little above it too, as the cast\n"
-            "rounds g first), one reason to prefer bf16 (fp32's exponent range) where the hardware has it.")
+            f"The cast rounds to zero anything up to 2⁻²⁵ = {cut:.2e} (half of fp16's smallest subnormal,\n"
+            f"2⁻²⁴ = {tiny:.2e}), and the division then zeroes every share g/W that small:\n"
+            f"everything below **W × 2⁻²⁵** is lost ({4 * cut:.2e} on 4 ranks): bf16 (fp32's exponent range) avoids this.")
 
 
 @_answer("9.q2")
