@@ -114,8 +114,7 @@ print(ch08.check_amp_rounding(a))
 
 # %% [markdown] id="md-08-06"
 # The curves lie on top of each other: bf16 keeps 8 significant bits (up to 2**-8 ≈ 0.4 % relative
-# rounding of every matmul input), which moves the loss by the small difference printed above, not
-# its course.
+# rounding of every matmul input), which moves the loss slightly (printed above), not its course.
 # The parameters are *not* bit-identical (the proof above checks both).
 
 # %% [markdown] id="md-08-07"
@@ -156,7 +155,7 @@ print("sections:", "; ".join(next(part for part in src if part.startswith("'")) 
 
 # %% [markdown] id="md-08-09"
 # **Clipping with a scaler: the order matters.** With the scaler on (fp16's case), gradients are
-# *scale* times too large until `unscale_` (`2**16` at the start). Clip before that and the total norm
+# *scale* times too large until `unscale_` (`2**16` at first). Clip before that and the total norm
 # is cut to the threshold *in scaled units*: to 1/65536 of what you meant. With a real `GradScaler` (it works on CPU too):
 
 # %% tags=["nbval-check-output"]
@@ -261,7 +260,7 @@ print(f"k=4, {grad_kib:.1f} KiB of gradients: {k4[False]['ms_per_step']:.1f} ms 
       f"{k4[True]['ms_per_step']:.1f} ms with it ({more_or_less(k4[True]['ms_per_step'], k4[False]['ms_per_step'])})")
 
 # %% [markdown] id="md-08-35"
-# At k = 4 the 18 micro-batches make groups of 4, 4, 4, 4 and 2; the leftover is stepped.
+# At k = 4: groups of 4, 4, 4, 4 and 2, the leftover stepped.
 
 # %% [markdown] id="md-08-11"
 # ### Exercise 8.1 — `no_sync()` for your own DDP
@@ -522,7 +521,7 @@ print("checked: every bucket was booked on the link when DDP handed it over, and
 #
 # **Compression on the link.** torch's own hooks, inside `emulated_all_reduce(link)`: every
 # `dist.all_reduce` they call crosses the link with the bytes it really sends. A shallower model, at
-# a batch sized for the link to dominate (the step column shows whether it did):
+# a batch sized for the link to dominate (the step column shows if it did):
 
 # %%
 comp = e["compression"]
@@ -543,7 +542,7 @@ print(ch08.check_faster("step on the link", "fp16", f16["step_s"], "fp32", f32["
 print(ch08.check_link_bytes(comp))
 
 # %% [markdown] id="md-08-21"
-# Fewer bytes shorten the link time about in proportion (the link column; each transfer also pays α).
+# Fewer bytes shorten the link time about in proportion (link column; each transfer also pays α).
 # The step time also holds
 # the compute and the late transfers, so on a busy machine it need not follow. PowerSGD's many small
 # all-reduces run one after another, and on a busy machine many are late.
@@ -669,7 +668,8 @@ print("checked: batches pinned only with an accelerator; without one torch warns
 
 # %% [markdown] id="md-08-28"
 # What does **not** depend on the machine: `DistributedSampler` with workers still hands out every
-# sample exactly once per epoch, across ranks *and* workers:
+# sample once per epoch, across ranks *and* workers (when the ranks divide the dataset; else it
+# repeats a few):
 
 # %% tags=["proof", "nbval-check-output"]
 n = 256
@@ -686,7 +686,7 @@ print(f"checked: every one of the {n} samples seen exactly once per epoch, for e
 # * Accumulating k micro-batches equals one k-times-larger batch when each loss is divided by k; `no_sync()` cuts the all-reduces from k to 1 per step.
 # * A communication hook changes what DDP sends (fp16: half the bytes) — and what is lost in rounding.
 # * Bucket size, `gradient_as_bucket_view` and `static_graph` are trade-offs, not free wins (per-message latency against overlap; one copy of the gradients saved; flexibility given up): measure before and after.
-# * `DistributedSampler` with loader workers still hands every sample out exactly once per epoch.
+# * `DistributedSampler` with loader workers still hands every sample out once per epoch (ranks dividing the dataset).
 
 # %% [markdown] id="md-08-31" tags=["question"]
 # ## Check your understanding
