@@ -54,7 +54,7 @@ def more_or_less(new: float, old: float) -> str:  # "53% less" / "12% more": new
 # | `torch.cuda.amp.GradScaler()` | `torch.amp.GradScaler(device_type)` |
 # | always fp16 | **bf16** where the device has it (no scaler needed); **fp16 + GradScaler** otherwise |
 #
-# The course's `perf.precision(device)` makes this choice; here it picks:
+# The course's `perf.precision(device)` picks bf16 on CPU, fp16 + GradScaler on CUDA (bf16 on request); here:
 
 # %%
 prec = perf.precision(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
@@ -121,8 +121,8 @@ print(ch08.check_amp_rounding(a))
 # **Is autocast faster?** At every matmul it *casts* fp32 weights and activations to bf16, then
 # multiplies in bf16. That pays only on hardware with fast bf16 math (GPU tensor cores; on CPUs the
 # flags `avx512_bf16` or `amx_bf16`), and only when the matmuls are large against the casts. The next
-# cell times both sides on one thread: the chapter's model at its per-rank batch, and 3 × Linear(1024,
-# 1024) at 256 rows. If bf16 is slower even on the large stack, this CPU has no bf16 unit torch uses.
+# cell times both sides on one thread, at the chapter's model and at a large one. If bf16 is slower
+# even on the large stack, this CPU has no bf16 unit torch uses.
 
 # %%
 cpu = bf16_cost.cpu_bf16_support()
