@@ -54,7 +54,7 @@ def more_or_less(new: float, old: float) -> str:  # "53% less" / "12% more": new
 # | `torch.cuda.amp.GradScaler()` | `torch.amp.GradScaler(device_type)` |
 # | always fp16 | **bf16** where the device has it (no scaler needed); **fp16 + GradScaler** otherwise |
 #
-# The course's `perf.precision(device)` makes this choice; here it picks:
+# The course's `perf.precision(device)` picks bf16 on CPU, fp16 + GradScaler on CUDA (bf16 on request); here:
 
 # %%
 prec = perf.precision(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
@@ -63,9 +63,9 @@ print(f"autocast dtype: {prec.name}, GradScaler needed: {prec.scaler}")
 # %% [markdown] id="md-08-04"
 # **Why fp16 needs loss scaling.** fp16 has 5 exponent bits and 10 fraction bits. Its smallest
 # positive number is a subnormal, and round-to-nearest sends anything up to half of it to **zero**:
-# small gradients vanish. The scaler multiplies the loss (hence every gradient) by `2**16` before
-# backward and divides again, in fp32, before the step. bf16 has fp32's 8 exponent bits: the same
-# range, fewer fraction bits (7 against 23), no underflow here.
+# small gradients vanish. The scaler multiplies the loss (hence every gradient) by a scale (`2**16`
+# at first, halved after an overflow) before backward and divides again, in fp32, before the step.
+# bf16 has fp32's 8 exponent bits: the same range, fewer fraction bits (7 against 23), no underflow here.
 
 # %%
 fi16 = torch.finfo(torch.float16)
@@ -114,15 +114,15 @@ print(ch08.check_amp_rounding(a))
 
 # %% [markdown] id="md-08-06"
 # The curves lie on top of each other: bf16 keeps 8 significant bits (up to 2**-8 ≈ 0.4 % relative
-# rounding of every matmul input), which moves the loss in its third or fourth digit, not its course.
+# rounding of every matmul input), which moves the loss slightly (printed above), not its course.
 # The parameters are *not* bit-identical (the proof above checks both).
 
 # %% [markdown] id="md-08-07"
 # **Is autocast faster?** At every matmul it *casts* fp32 weights and activations to bf16, then
-# multiplies in bf16. That pays only on hardware with bf16 matrix units (GPU tensor cores; on Intel
-# CPUs the AMX tiles, flag `amx_bf16`), and only when the matmuls are large against the casts. The next
-# cell times both sides on one thread: the chapter's model at its per-rank batch, and 3 × Linear(1024,
-# 1024) at 256 rows. If bf16 is slower even on the large stack, this CPU has no bf16 unit torch uses.
+# multiplies in bf16. That pays only on hardware with fast bf16 math (GPU tensor cores; on CPUs the
+# flags `avx512_bf16` or `amx_bf16`), and only when the matmuls are large against the casts. The next
+# cell times both sides on one thread, at the chapter's model and at a large one. If bf16 is slower
+# even on the large stack, this CPU has no bf16 unit torch uses.
 
 # %%
 cpu = bf16_cost.cpu_bf16_support()
@@ -139,9 +139,9 @@ print(f"predicted DDP step ratio {1 + extra_ms / a['step_ms_fp32']:.2f}, measure
 
 # %% [markdown] id="md-08-08"
 # The predicted ratio adds autocast's measured extra cost (three matmuls per layer: forward, and the
-# backward's two) to the fp32 step. Opposite sides of 1 mean a step too short for the trade to show.
+# backward's two) to the fp32 step. Opposite sides of 1: the trade is below the step's noise.
 #
-# **On GPUs** (not measurable here) a published measurement of the same model in full and mixed
+# **On GPUs**, a published measurement of the same model in full and mixed
 # precision: throughputs *reported* by the source, speed-ups *derived*. At batch 1 mixed precision is
 # slower: too little work per call, the same trade, decided by size.
 
@@ -154,9 +154,9 @@ print("source:", next(part for part in sources[0] if part.startswith("https://")
 print("sections:", "; ".join(next(part for part in src if part.startswith("'")) for src in sources))
 
 # %% [markdown] id="md-08-09"
-# **Clipping with a scaler: the order matters.** With the scaler on (fp16's case), gradients are `2**16`
-# times too large until `unscale_`. Clip before that and the total norm is cut to the threshold *in
-# scaled units*: to 1/65536 of what you meant. With a real `GradScaler` (it works on CPU too):
+# **Clipping with a scaler: the order matters.** With the scaler on (fp16's case), gradients are
+# *scale* times too large until `unscale_` (`2**16` at first). Clip before that and the total norm
+# is cut to the threshold *in scaled units*: to 1/65536 of what you meant. With a real `GradScaler` (it works on CPU too):
 
 # %% tags=["nbval-check-output"]
 def clipped_norm(unscale_first: bool) -> float:
@@ -260,7 +260,7 @@ print(f"k=4, {grad_kib:.1f} KiB of gradients: {k4[False]['ms_per_step']:.1f} ms 
       f"{k4[True]['ms_per_step']:.1f} ms with it ({more_or_less(k4[True]['ms_per_step'], k4[False]['ms_per_step'])})")
 
 # %% [markdown] id="md-08-35"
-# At k = 4 the 18 micro-batches make groups of 4, 4, 4, 4 and 2; the leftover is stepped.
+# At k = 4: groups of 4, 4, 4, 4 and 2, the leftover stepped.
 
 # %% [markdown] id="md-08-11"
 # ### Exercise 8.1 — `no_sync()` for your own DDP
@@ -304,7 +304,7 @@ print(check_no_sync(NoSyncDDP))
 # <details><summary><b>The article says</b> overlap comes from <code>DDP(find_unused_parameters=True)</code></summary>
 #
 # Today overlap is DDP's default: buckets are all-reduced while the backward runs (chapter 4).
-# `find_unused_parameters=True` overlaps nothing; it walks the autograd graph after every forward to
+# `find_unused_parameters=True` adds no overlap; it walks the autograd graph after every forward to
 # find parameters without a gradient, a cost chapter 4 measured.
 # </details>
 #
@@ -374,8 +374,9 @@ print(check_compress_hook(fp16_compress_hook))
 # %% [markdown] id="md-08-14"
 # ### Buckets and overlap, `gradient_as_bucket_view`, `static_graph`
 #
-# DDP groups gradients into **buckets** of at most `bucket_cap_mb` MiB (default 25) and all-reduces a
-# bucket once its gradients are ready, while the backward goes on: the **overlap**. Left unset,
+# DDP groups gradients into **buckets** of about `bucket_cap_mb` MiB (default 25; a bucket closes once
+# it reaches the cap, so it can exceed it) and all-reduces a bucket once its gradients are ready,
+# while the backward goes on: the **overlap**. Left unset,
 # `bucket_cap_mb` also gives one bucket a 1 MiB cap (`dist._DEFAULT_FIRST_BUCKET_BYTES`) so the
 # gradients that finish last do not wait in a large one; set it, and every bucket gets the same cap.
 # Small buckets start earlier and pay the per-call latency more often.
@@ -520,7 +521,7 @@ print("checked: every bucket was booked on the link when DDP handed it over, and
 #
 # **Compression on the link.** torch's own hooks, inside `emulated_all_reduce(link)`: every
 # `dist.all_reduce` they call crosses the link with the bytes it really sends. A shallower model, at
-# a batch where communication dominates:
+# a batch sized for the link to dominate (the step column shows if it did):
 
 # %%
 comp = e["compression"]
@@ -541,7 +542,8 @@ print(ch08.check_faster("step on the link", "fp16", f16["step_s"], "fp32", f32["
 print(ch08.check_link_bytes(comp))
 
 # %% [markdown] id="md-08-21"
-# Fewer bytes shorten the link time in proportion (the link column above). The step time also holds
+# Fewer bytes shorten the link time about in proportion (link column; each transfer also pays α).
+# The step time also holds
 # the compute and the late transfers, so on a busy machine it need not follow. PowerSGD's many small
 # all-reduces run one after another, and on a busy machine many are late.
 #
@@ -561,7 +563,8 @@ print(ch08.check_faster("k=4 step on the link", "no_sync", ns["once_s"], "syncin
 # %% [markdown] id="md-08-23"
 # **`gradient_as_bucket_view=True`.** By default (`False`) every gradient exists twice: in `p.grad`
 # and, copied, in its bucket. With it, `p.grad` *is* a view into the bucket: no copy, and one
-# gradient-sized block of memory less. Measured by asking each tensor which storage it lives in:
+# gradient-sized block of memory less (the cost: such a `.grad` cannot be `detach_()`ed). Measured by
+# asking each tensor which storage it lives in:
 
 # %% tags=["nbval-check-output"]
 bv = {v["flag"]: v for v in t["bucket_view"]}
@@ -665,7 +668,8 @@ print("checked: batches pinned only with an accelerator; without one torch warns
 
 # %% [markdown] id="md-08-28"
 # What does **not** depend on the machine: `DistributedSampler` with workers still hands out every
-# sample exactly once per epoch, across ranks *and* workers:
+# sample once per epoch, across ranks *and* workers (when the ranks divide the dataset; else it
+# repeats a few):
 
 # %% tags=["proof", "nbval-check-output"]
 n = 256
@@ -682,7 +686,7 @@ print(f"checked: every one of the {n} samples seen exactly once per epoch, for e
 # * Accumulating k micro-batches equals one k-times-larger batch when each loss is divided by k; `no_sync()` cuts the all-reduces from k to 1 per step.
 # * A communication hook changes what DDP sends (fp16: half the bytes) — and what is lost in rounding.
 # * Bucket size, `gradient_as_bucket_view` and `static_graph` are trade-offs, not free wins (per-message latency against overlap; one copy of the gradients saved; flexibility given up): measure before and after.
-# * `DistributedSampler` with loader workers still hands every sample out exactly once per epoch.
+# * `DistributedSampler` with loader workers still hands every sample out once per epoch (ranks dividing the dataset).
 
 # %% [markdown] id="md-08-31" tags=["question"]
 # ## Check your understanding
@@ -712,7 +716,7 @@ reveal("8.q1", my_prediction, measured, rel_tol=0,  # counted, exact
 answer("8.q2")
 
 # %% [markdown] id="md-08-33" tags=["question"]
-# **Question 8.3.** The fp16 compression hook on a 25-million-parameter model: how many bytes per all-reduce instead of fp32's, and below what magnitude does a gradient become zero?
+# **Question 8.3.** The fp16 compression hook on a 25-million-parameter model: how many bytes per step instead of fp32's, and, on W ranks, below about what magnitude does a gradient become zero?
 
 # %%
 answer("8.q3")

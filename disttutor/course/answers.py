@@ -205,12 +205,13 @@ def _():
     tiny, cut = 2.0 ** -24, 2.0 ** -25
     # fp16's largest finite value is (2 - 2**-10) * 2**15 = 65504; from half an ulp above it (2**4) a cast rounds to inf
     inf_from = (2 - 2.0 ** -10) * 2.0 ** 15 + 2.0 ** 4
-    return (f"fp32: {4 * n / 1e6:.0f} MB per all-reduce, fp16: **{2 * n / 1e6:.0f} MB**. torch's `fp16_compress_hook`\n"
-            "casts the bucket to fp16, then divides by the world size, both before the all-reduce, so the sum stays\n"
-            f"in range (a gradient of {inf_from:.0f} or more already overflows in the cast).\n"
-            f"fp16's smallest positive number is the subnormal 2⁻²⁴ = {tiny:.2e}; anything up to half of it,\n"
-            f"2⁻²⁵ = **{cut:.2e}**, rounds to zero and is lost: one reason to prefer bf16 (fp32's exponent range)\n"
-            "where the hardware has it.")
+    # The division runs in fp16 after the cast (default_hooks._compress_hook): g/W underflows where g did not.
+    return (f"fp32: {4 * n / 1e6:.0f} MB per step, fp16: **{2 * n / 1e6:.0f} MB**.\n"
+            "torch's `fp16_compress_hook` casts the bucket to fp16, then divides it, in fp16, by the world size W,\n"
+            f"both before the all-reduce, so the sum stays in range (from {inf_from:.0f} up, a gradient overflows in the cast).\n"
+            f"The cast rounds to zero anything up to 2⁻²⁵ = {cut:.2e} (half of fp16's smallest subnormal,\n"
+            f"2⁻²⁴ = {tiny:.2e}), and the division then zeroes every share g/W that small:\n"
+            f"everything below **W × 2⁻²⁵** is lost ({4 * cut:.2e} on 4 ranks): bf16 (fp32's exponent range) avoids this.")
 
 
 @_answer("9.q2")
