@@ -359,7 +359,7 @@ def test_ch04_join():
 
     uneven = run(False, ["error", "error"])
     joined = run(True, ["ok"] * 2, [{"batches": [4, 4], "final_sha": "a"}, {"batches": [3, 3], "final_sha": "a"}])
-    assert "2 batches apart, identical replicas" in ch04.check_join(uneven, joined)
+    assert "2 batches apart over 2 epochs, identical replicas" in ch04.check_join(uneven, joined)
     with pytest.raises(AssertionError, match="should make the job fail"):
         ch04.check_join(run(True, ["ok", "ok"]), joined)
     drifted = run(True, ["ok"] * 2, [{"batches": [4, 4], "final_sha": "a"}, {"batches": [3, 3], "final_sha": "b"}])

@@ -42,6 +42,14 @@ def test_a_proof_cell_is_collapsed_and_prints_one_line(ch):
     assert not many, f"chapter {ch}: proof cells print one line (the claim and its value); cell, lines: {many}"
 
 
+@pytest.mark.parametrize("ch", IDS)
+def test_nothing_about_how_the_course_is_built_or_tested_reaches_the_learner(ch):
+    """Every chapter: no issue number, test or benchmark path, CI, nbval, commit hash or "build machine" in
+    the markdown or in what a learner cell prints (teacher-facing notes live in TEACHING.md)."""
+    refs = VIEWS[ch]["internal"]
+    assert not refs, f"chapter {ch}: (cell, words) {refs}"
+
+
 @pytest.mark.parametrize("ch", sorted(REWRITTEN))
 def test_a_rewritten_page_keeps_its_rules(ch):
     v = VIEWS[ch]

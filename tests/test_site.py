@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import html
 import http.server
 import json
 import os
@@ -105,6 +106,21 @@ def test_every_chapter_has_a_page_and_its_notebook(site):
                 assert f'href="../notebooks/{copy}"' in _read(out, f"{prefix}chapters/{s}.html"), prefix + copy
     if not ZH_STEMS:
         assert not os.path.exists(os.path.join(out, "zh")), "a Chinese edition without chapters"
+
+
+def test_a_proof_cells_code_sits_behind_a_toggle_and_its_line_stays_in_view(site):
+    """As in JupyterLab (jupyter.source_hidden): a proof cell's input is folded under a summary, its output shown."""
+    out, _ = site
+    for prefix, label in (("", "the check behind the line below"), ("zh/", "下面这行结论背后的检查")):
+        page = _read(out, f"{prefix}chapters/04_ddp.html")
+        folded = re.findall(r'<details class="dt-hidden-input"><summary>([^<]*)</summary>', page)
+        nb = json.load(open(os.path.join(ROOT, "chapters", "04_ddp.ipynb")))
+        proofs = [c for c in nb["cells"] if "proof" in c["metadata"].get("tags", [])]
+        assert proofs and sum(label in f for f in folded) == len(proofs), (prefix, len(proofs), folded[:3])
+        # the line a proof cell prints is outside the fold
+        line = "".join(proofs[0]["outputs"][0]["text"]).strip().splitlines()[0]
+        tail = page.split(label, 1)[1]
+        assert html.escape(line[:30], quote=False) in tail.split("</details>", 1)[1][:20000], line
 
 
 SWITCH = re.compile(r'<a\b[^>]*\bclass="dt-lang"[^>]*>')

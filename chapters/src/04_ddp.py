@@ -251,7 +251,7 @@ for rank, r in enumerate(ref_torch):
 
 # %% tags=["proof", "nbval-check-output"]
 from disttutor.checks.claims.ch04 import check_equals_single_process
-# fp32 summation-order noise is ~1e-7 per step; a bug is >1e-2 (the text above). The course's one constant:
+# fp32 summation-order noise is ~1e-7 per step; a bug is far larger: a missing division doubles the gradient (the text above). The course's one constant:
 from disttutor.checks.tolerances import DATA_PARALLEL_RTOL as RTOL
 
 print(check_equals_single_process("torch DDP", ref_torch, RTOL))
@@ -307,7 +307,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from disttutor.workloads.models import MLP, seeded
 
-model = DDP(seeded(MLP, 0), bucket_cap_mb=0.004)   # ~1000 floats per bucket: several buckets
+model = DDP(seeded(MLP, 0), bucket_cap_mb=0.004)   # ~1000 floats (4 KiB) a bucket: two buckets here
 names = {p: n for n, p in model.module.named_parameters()}
 buckets = {}
 
@@ -631,7 +631,7 @@ import disttutor
 
 q1 = disttutor.launch("ddp", nproc=3, args={"samples": 100, "epochs": 1, "show": 0}, stream=False)
 measured = q1.results[0]["per_rank"]
-assert {r["per_rank"] for r in q1.results} == {measured}  # equal shards: else one rank would wait for the others
+assert {r["per_rank"] for r in q1.results} == {measured}  # equal shards: else one rank's extra all-reduce has no partner
 reveal("4.q1", my_prediction, measured, rel_tol=0,  # a count: exact
        explain=f"ceil(100 / 3) = {measured}: the sampler hands out {3 * measured} indices, repeating the first "
        f"{3 * measured - 100}; `drop_last=True` would give {100 // 3} each.")

@@ -131,7 +131,7 @@ def check_join(uneven, joined) -> str:
     claim(min(batches) < max(batches), f"with Join one rank should run fewer batches: {batches}")
     claim(len({r["final_sha"] for r in joined.results}) == 1, "with Join the trained replicas differ")
     return (f"without Join: rank(s) {failed} failed; with Join: {len(batches)} ranks finished, "
-            f"{max(batches) - min(batches)} batches apart, identical replicas")
+            f"{max(batches) - min(batches)} batches apart over {len(joined.results[0]['batches'])} epochs, identical replicas")
 
 
 def overlap_verdict(o: Mapping[str, float], quiet: bool) -> str:

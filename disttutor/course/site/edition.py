@@ -39,6 +39,8 @@ class Labels:
     chapter_glossary: str
     as_committed: str
     exercise: str        # the banner over an exercise stub: {id}
+    proof_code: str      # the toggle over a proof cell's collapsed code (the line it prints stays shown)
+    folded_code: str     # the toggle over other collapsed code (a "deeper" cell)
     needs_kernel: str    # under a widget whose controls call Python (HTML)
     live_note: str       # under a live widget's controls, until a control is moved (HTML)
     live_texts: tuple    # (key, text) pairs live.js shows: loading, ready ({ms}), error ({e}), file
@@ -82,6 +84,7 @@ EN_LABELS = Labels(
     as_committed="outputs as committed (measured when the chapter was built; nothing here was re-run)",
     exercise="<strong>Exercise {id}</strong> — in the notebook this cell is yours to write; here it is the "
              "stub you start from (the solutions are not on this site).",
+    proof_code="the check behind the line below (code)", folded_code="code (folded)",
     needs_kernel="This widget is drawn from the state saved when the chapter was built; its controls call "
                  "Python. <strong>Run the notebook to use this widget.</strong>",
     live_note="<strong>Live:</strong> move a control and the course's own Python (the code this widget "
@@ -110,6 +113,7 @@ ZH_LABELS = Labels(
     as_committed="输出为提交时的结果（构建本章时实测，与英文版是同一次运行；此处没有重新运行）",
     exercise="<strong>练习 {id}</strong> — 在 notebook 里，这个单元格由你来写；这里显示的是你开始时的"
              "桩代码（本站不提供答案）。",
+    proof_code="下面这行结论背后的检查（代码）", folded_code="代码（已折叠）",
     needs_kernel="这个小部件（widget）按构建本章时保存的状态绘制；它的控件要调用 Python。"
                  "<strong>运行 notebook 才能使用它。</strong>",
     live_note="<strong>实时：</strong>移动任一控件，课程自己的 Python 代码（这个小部件在 notebook 里运行的同一份代码）"
