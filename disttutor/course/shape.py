@@ -121,8 +121,11 @@ def _is_number(x) -> bool:
 
 _REVEAL = {
     "en": {"measured": "Measured: **{shown}**.",
-           "none": "**You made no prediction** for {q}: `my_prediction` is still `None`. Write yours into the cell "
-                   "above, run it, then run this cell again; the result is below, collapsed.",
+           "none": "**You made no prediction** for {q}: write one into `my_prediction` above and run it, then run "
+                   "this cell again; the result is below, collapsed.",
+           # what chapters built before this wording still store (reveal_in reads both)
+           "none_before": "**You made no prediction** for {q}: `my_prediction` is still `None`. Write yours into "
+                          "the cell above, run it, then run this cell again; the result is below, collapsed.",
            "summary": "the measured result (open it only after predicting)",
            "changed": " (you changed it to {p!r} after the reveal: your first prediction counts)",
            "choice": "You predicted **({first}) {text}**{note}; the run shows **{shown}**: **{verdict}**.",
@@ -186,11 +189,13 @@ def reveal_in(text: str, lang: str) -> str:
     (computed from that run) are kept, the course's own words around them are translated.
     """
     en, t = _REVEAL["en"], _REVEAL[checked(lang)]
-    pattern = (re.escape(en["none"]).replace(re.escape("{q}"), "(?P<q>[0-9.q]+)") + re.escape("\n\n<details><summary>")
-               + re.escape(en["summary"]) + re.escape("</summary>\n\n")
-               + re.escape(en["measured"]).replace(re.escape("{shown}"), "(?P<shown>.*?)")
-               + "\n\n(?P<explain>.*)" + re.escape("\n\n</details>"))
-    m = re.fullmatch(pattern, text, re.S)
+    m = None
+    for none in (en["none"], en["none_before"]):
+        pattern = (re.escape(none).replace(re.escape("{q}"), "(?P<q>[0-9.q]+)") + re.escape("\n\n<details><summary>")
+                   + re.escape(en["summary"]) + re.escape("</summary>\n\n")
+                   + re.escape(en["measured"]).replace(re.escape("{shown}"), "(?P<shown>.*?)")
+                   + "\n\n(?P<explain>.*)" + re.escape("\n\n</details>"))
+        m = m or re.fullmatch(pattern, text, re.S)
     if m is None:
         raise ValueError("not a stored reveal without a prediction (rebuild the English chapter): " + text[:80])
     body = t["measured"].format(shown=m["shown"]) + f"\n\n{m['explain']}"
