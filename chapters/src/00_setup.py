@@ -7,7 +7,7 @@
 #
 # This chapter starts with the whole of a distributed program, about 15 lines of plain PyTorch, and runs
 # it. Then it breaks it on purpose, three ways, and shows that each one ends with a message naming
-# the rank at fault and leaves no process behind.
+# the ranks involved and leaves no process behind.
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
@@ -28,7 +28,7 @@ disttutor.course.chapters.header(0)
 # |---|---|
 # | **rank** | the number of one process of a job: 0, 1, …, world size − 1. Rank 0 is special only where a program makes it so (printing, saving). |
 # | **world size** | how many processes the job has (`WORLD_SIZE`); each usually drives one device. |
-# | **collective** | an operation every rank of a group calls together, e.g. *all-reduce*: sum a tensor over all ranks and give every rank the sum. It returns only when every rank has joined. |
+# | **collective** | an operation every rank of a group calls together, e.g. *all-reduce*: sum a tensor over all ranks and give every rank the sum. It completes only when every rank has joined. |
 # | **backend** | the library that moves the bytes between ranks: **gloo** (CPUs, in every PyTorch build) or **NCCL** (NVIDIA GPUs). |
 # | **process group** | the set of ranks a collective runs over; `init_process_group` creates the default one, all ranks. |
 
@@ -38,7 +38,7 @@ disttutor.course.chapters.header(0)
 # A distributed job is the same script running as several processes. `torchrun` starts them and
 # tells each one who it is through environment variables: `RANK`, `WORLD_SIZE`, `LOCAL_RANK` (its
 # number on this machine), `LOCAL_WORLD_SIZE`, and `MASTER_ADDR`/`MASTER_PORT` (where the ranks
-# meet). The script below does the five things every distributed program does:
+# meet). The script below does the five things a distributed program does:
 #
 # 1. **read the environment** torchrun set;
 # 2. **pick a device**: with a GPU for every local rank, `torch.cuda.set_device(local_rank)` and the
@@ -77,7 +77,7 @@ dist.destroy_process_group()
 # Run it on 4 ranks. In a terminal you would type the `torchrun` line printed at the end.
 # `disttutor.launch` runs that same job from a cell: it prefixes each rank's lines with its rank and
 # stops every process if the job fails or hangs. The ranks print in whatever order they happen to
-# run, so the order changes from run to run.
+# run, so the order can change from run to run.
 
 # %%
 import disttutor
@@ -100,7 +100,8 @@ print(ch00.check_script_sum(res.logs))
 # and name. Pickling a notebook's function works; unpickling it in the child fails, because the
 # child's `__main__` is not this notebook and has no such function. (Forking this kernel instead
 # would copy a process that has run torch ops, with OpenMP and allocator locks possibly held.) A
-# script file that `torchrun` starts has neither problem. The collapsed cell below tries it.
+# script file that `torchrun` starts has neither problem. The collapsed cell below pickles such a
+# function and unpickles it in a fresh interpreter, as the child would.
 
 # %% tags=["proof"]
 def train(rank):  # a function defined in a notebook cell
@@ -112,13 +113,14 @@ print(ch00.check_spawn_pickle(train))
 # %% [markdown] id="md-00-04"
 # ### The course's programs start the same way
 #
-# Every program of this course begins with `with runtime.setup() as ctx:`. That is the script's
+# The course's programs begin with `with runtime.setup() as ctx:` (chapter 6's two RPC programs
+# with `runtime.rpc_setup()`). That is the script's
 # first and last lines as a context manager: the same environment variables, the same rule for
 # the device and backend, `torch.cuda.set_device`, `init_process_group(timeout=...)` (60 s unless a
 # launch asks for another), and `destroy_process_group` in a `finally`, so it runs after an error
 # too. It adds two things a course needs: it waits until every rank has started before the timeout
 # counts, and it writes each rank's result to a small JSON file that the notebook reads back. The
-# first program, `hello`, is the script's middle inside it:
+# first program, `hello`, is the script's middle inside it (abridged):
 #
 # ```python
 # with runtime.setup() as ctx:
@@ -135,7 +137,7 @@ print(ch00.check_setup_is_the_script())
 #
 # A course program's results come back as Python data instead of printed text. Here is `hello` on
 # 4 ranks; the cell prints the `torchrun` line it ran, then a rank-sorted table of what each rank
-# reported (`res.results[r]` is rank r's report as a dict).
+# reported (`hello.results[r]` is rank r's report as a dict).
 
 # %% tags=["nbval-check-output"]
 hello = disttutor.launch("hello", nproc=4, stream=False)
@@ -146,7 +148,7 @@ print(hello.table("before", "after", "expected"))
 print(ch00.check_allreduce_sum(hello.results))
 
 # %% [markdown] id="md-00-10"
-# Where did the ranks run? The rule from step 2 of the script decided: NCCL and one GPU per rank
+# Where did the ranks run? The runtime applied the rule of the script's step 2: NCCL and one GPU per rank
 # when every rank on the machine can have its own GPU, gloo and the CPU otherwise. This output
 # depends on the machine.
 
@@ -221,7 +223,8 @@ print(ch00.check_hang_ended(hung, skipped=1, timeout_s=3))
 
 # %% [markdown] id="md-00-13"
 # Rank 0's line is gloo's own error: it waited 3000 ms for data from rank 1, then gave up. Without
-# the `timeout=`, plain `torchrun` would leave it waiting for gloo's 30-minute default.
+# the `timeout=` it would simply wait: here for rank 1's 60 s sleep, and up to gloo's 30 minutes for
+# a rank that never comes.
 #
 # ### A crashed rank
 #
@@ -249,8 +252,9 @@ print(ch00.check_crashed(crashed, rank=1, exit_code=3))
 # stops its ranks, kills whatever is still alive, and raises `LaunchInterrupted` naming the ranks
 # that were running. The collapsed cell below presses ■ for you, one second after the two ranks of
 # `faults.py hang` have started, and then counts this kernel's leftover processes. Restarting or
-# killing the kernel takes its jobs with it too: on Linux, `torchrun` and every rank are started
-# with `PR_SET_PDEATHSIG`, which has the operating system stop a process when its parent dies.
+# killing the kernel takes its jobs with it too: on Linux, `torchrun` and every rank are tied to
+# their parent with `PR_SET_PDEATHSIG`, which has the operating system stop a process when its
+# parent dies.
 #
 # One more limit covers the case no collective timeout can: a rank that spins in Python.
 # `launch` stops any job after a wall-clock limit (`timeout=`, 120 s unless you pass another). The
@@ -352,7 +356,7 @@ print(ch00.check_no_leftovers(ch00.our_jobs()))
 # ```bash
 # torchrun --nproc-per-node=4 first_allreduce.py        # the first script
 # torchrun --nproc-per-node=2 faults.py hang             # rank 0 fails after 3 s
-# disttutor run hello -n 4                               # a course program, results as a table
+# disttutor run hello -n 4                               # a course program, one line per rank
 # disttutor doctor
 # ```
 #
@@ -365,7 +369,7 @@ print(ch00.check_no_leftovers(ch00.our_jobs()))
 #
 # <details><summary><b>The article says</b> <code>dist.init_process_group(backend='nccl', rank=rank, world_size=world_size)</code>, with no timeout</summary>
 #
-# That runs, but a rank that never joins a collective then holds the others for torch's default
+# That works, but a rank that never joins a collective then holds the others for torch's default
 # (printed in section 3 for gloo; 10 minutes for NCCL). Pass `timeout=` as the first script does;
 # under `torchrun`, `rank` and `world_size` can be left out too: they are read from the environment.
 # </details>
@@ -378,7 +382,7 @@ print(ch00.check_no_leftovers(ch00.our_jobs()))
 #
 # * A distributed script reads its rank from the environment, picks its device, calls `init_process_group(timeout=...)`, communicates, and calls `destroy_process_group`; `torchrun` starts one copy per rank.
 # * A collective returns only when every rank of its group has called it: a missing rank is a hang, which the collective timeout turns into an error on the waiting ranks.
-# * A crashed rank fails the whole job: the launcher names it with its exit code, its peers fail with a connection error, and no process is left behind.
+# * A crashed rank fails the whole job: the launcher names it with its exit code, its peers fail or are stopped, and no process is left behind.
 # * Programs are files started fresh by `torchrun`: a notebook's function cannot be unpickled in an `mp.spawn` child.
 # * gloo on CPUs, NCCL with a GPU for every rank: the same script picks its backend and device itself.
 
