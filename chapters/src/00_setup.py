@@ -258,7 +258,7 @@ print(ch00.check_crashed(crashed, rank=1, exit_code=3))
 #
 # One more limit covers the case no collective timeout can: a rank that spins in Python.
 # `launch` stops any job after a wall-clock limit (`timeout=`, 120 s unless you pass another). The
-# launcher's options are all in [its appendix](../docs/launcher.md).
+# launcher's options are all in its appendix, `docs/launcher.md` in the course's folder.
 
 # %% tags=["proof"]
 import os
