@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 
 import pytest
 import torch
@@ -43,7 +44,13 @@ def test_ch00_checks_accept_the_runs_and_name_what_went_wrong():
         ch00.check_hang_ended(_run(["error", "stopped"], ["died with exit code 1", None]), skipped=1, timeout_s=3)
 
     crashed = _run(["error", "error"], ["another rank died", "died with exit code 3 before reporting"])
+    crashed.ranks[0].blame = "peer"  # what the launcher reads from rank 0's error: it failed because rank 1 died
     assert "exit code 3" in ch00.check_crashed(crashed, rank=1, exit_code=3)
+    assert "exit code 3" in ch00.check_crashed(_run(["stopped", "error"], [None, "died with exit code 3 before "
+                                                                           "reporting"]), rank=1, exit_code=3)
+    blamed_self = _run(["error", "error"], ["died with exit code 1", "died with exit code 3 before reporting"])
+    with pytest.raises(AssertionError, match="rank 1 should be named first: \\[0, 1\\]"):  # rank 0 failed on its own
+        ch00.check_crashed(blamed_self, rank=1, exit_code=3)
     blamed_wrong = _run(["error", "stopped"], ["died with exit code 3 before reporting", None])  # the wrong culprit
     with pytest.raises(AssertionError, match="rank 1 should be reported as an error with exit code 3: stopped"):
         ch00.check_crashed(blamed_wrong, rank=1, exit_code=3)
@@ -61,6 +68,37 @@ def test_ch00_checks_accept_the_runs_and_name_what_went_wrong():
     elsewhere.stuck[2] = "inside line 1: t = torch.ones(2) -- waiting in <module>"
     with pytest.raises(AssertionError, match="rank 2 should be 'inside line 3: dist.all_reduce"):
         ch00.check_live_hang(elsewhere, skipped=1, line=3, call="dist.all_reduce(t)")
+
+
+def test_ch00_first_script_setup_spawn_and_interrupt_checks(monkeypatch):
+    """The first script's printed sums, runtime.setup() read as that script, why a notebook function cannot be
+    mp.spawn'ed (one fresh interpreter, ~0.1 s), gloo's own timeout message, an interrupt; each one also wrong."""
+    logs = [[f"rank {r}/4 on cpu: [10.0, 10.0, 10.0]"] for r in range(4)]
+    assert ch00.check_script_sum(logs) == "all 4 ranks printed 10 = 1 + 2 + 3 + 4"
+    logs[2] = ["rank 2/4 on cpu: [2.5, 2.5, 2.5]"]  # an average instead of the sum
+    with pytest.raises(AssertionError, match="rank 2 should print 'rank 2/4 on DEVICE: \\[10.0, 10.0, 10.0\\]'"):
+        ch00.check_script_sum(logs)
+    assert "init_process_group(timeout=...)" in ch00.check_setup_is_the_script()
+
+    def train(rank):
+        pass
+    train.__module__, train.__qualname__ = "__main__", "train"  # as a function typed into a notebook cell is
+    monkeypatch.setattr(sys.modules["__main__"], "train", train, raising=False)
+    assert ch00.check_spawn_pickle(train).endswith("a fresh interpreter fails: AttributeError")
+    with pytest.raises(AssertionError, match="should pickle as a reference"):
+        ch00.check_spawn_pickle(math.sqrt)  # an importable function: the child would find it
+
+    gloo = "RuntimeError: Timed out waiting 3000ms for recv operation to complete"
+    assert "was stopped" in ch00.check_hang_ended(_run(["error", "stopped"], [gloo, None]), skipped=1, timeout_s=3)
+    with pytest.raises(AssertionError, match="rank 1 .* should be stopped: error"):  # it reached the collective
+        ch00.check_hang_ended(_run(["error", "error"], [gloo, "Connection closed by peer"]), skipped=1, timeout_s=3)
+
+    stopped = _run(["interrupted", "interrupted"], outcome="interrupted")
+    assert ch00.check_interrupted(stopped, []).endswith("processes left: 0")
+    with pytest.raises(AssertionError, match="processes left behind"):
+        ch00.check_interrupted(stopped, ["psutil.Process(pid=4242, name='python')"])
+    with pytest.raises(AssertionError, match="should be interrupted: finished"):
+        ch00.check_interrupted(_run(["ok", "ok"]), [])
 
 
 # ---- chapter 1 ----------------------------------------------------------------------------------

@@ -23,20 +23,19 @@ def _answer(qid: str):
 
 @_answer("0.q2")
 def _():
-    return ("Ranks 0, 2 and 3 are inside `dist.all_reduce`, waiting for rank 1's contribution: after the "
-            "3 s collective timeout each of them raises (status `error`, \"waited more than 3s\"). Rank 1 is "
-            "in no collective, so nothing times out on it; when the others have failed, torchrun stops it "
-            "(status `stopped`). A collective only completes when *every* rank of its group has called it; the "
-            "collective timeout turns the hang into an error, and the job's `timeout` bounds everything else.")
+    return ("Ranks 0, 2 and 3 wait inside `dist.all_reduce` for rank 1; after the 3 s timeout each raises an error.\n"
+            "Rank 1 is in no collective, so nothing times out there: torchrun stops it once another rank has failed.\n"
+            "The collective timeout turns the hang into an error; the launcher's wall-clock limit bounds everything "
+            "else.")
 
 
 @_answer("0.q3")
 def _():
-    return ("`mp.spawn` pickles the function it starts, and a function is pickled *by name*: the child must "
-            "import it from its module. A notebook's functions live in the kernel's `__main__`, which a child "
-            "cannot import (\"Can't get attribute ... on <module '__main__'>\"). Forking the kernel instead "
-            "copies a process that has run torch ops, with OpenMP and allocator locks possibly held: the child "
-            "can deadlock. So every job is a module on disk, started fresh by torchrun.")
+    return ("`mp.spawn` starts fresh interpreters and pickles the function *by reference* (module and name), which "
+            "works for a notebook's function.\n"
+            "Unpickling fails in the child: its `__main__` is not the notebook, so it has no such function.\n"
+            "Forking the kernel instead risks deadlock (OpenMP and allocator locks copied mid-use), so jobs are "
+            "files started fresh by torchrun.")
 
 
 @_answer("1.q2")

@@ -186,7 +186,9 @@ _LEGACY_NONE = (  # wordings of notebooks built before the line was shortened (t
     "**You made no prediction** for {q} (`my_prediction` is still `None`):\nwrite yours into the "
     "cell above, run it, then run this cell again; the result is below, collapsed.",
     "**You made no prediction** for {q} (`my_prediction` is `None`): write yours above, run it, "
-    "then rerun this cell; the result is below, collapsed.")
+    "then rerun this cell; the result is below, collapsed.",
+    "**You made no prediction** for {q}: write one into `my_prediction` above and run it, then run "
+    "this cell again; the result is below, collapsed.")
 
 
 def reveal_in(text: str, lang: str) -> str:

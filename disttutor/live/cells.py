@@ -159,9 +159,10 @@ class CellRunner:
                 res.status[r] = "interrupted"
         if still:
             names = ", ".join(map(str, still))
-            res.message = (f"Rank(s) {names} could not be interrupted (blocked outside Python, e.g. inside a "
-                           f"C++ collective): restarted the pool ({self.config.nproc} ranks); every rank's "
-                           "namespace was lost -- re-run the cells that define your variables.")
+            # two short lines: where the ranks were, then what it cost the learner
+            res.message = (f"Rank(s) {names} could not be interrupted (blocked outside Python, inside a C++ "
+                           f"collective).\nRestarted the pool ({self.config.nproc} ranks): every rank's "
+                           "namespace was lost; re-run the cells that define your variables")
             for r in still:
                 res.status[r] = "stuck"
             res.message_s = time.perf_counter() - res.started
