@@ -135,6 +135,14 @@ def cell_metadata(c: dict) -> dict:
     return meta
 
 
+def _set_metadata(nb, want: list[dict]) -> None:
+    """Each cell's tags, nbgrader marks and collapsed state as its source implies (nothing else touched)."""
+    for cell, c in zip(nb.cells, want):
+        for key in ("tags", "nbgrader", "jupyter"):
+            cell.metadata.pop(key, None)
+        cell.metadata.update(cell_metadata(c))
+
+
 def refresh_markdown(src: str) -> None:
     """Take the source's markdown cells into a committed notebook without executing it again.
 
@@ -157,11 +165,7 @@ def refresh_markdown(src: str) -> None:
         cell["id"] = c["id"] or f"cell-{i:03d}"  # the ids build() gives
         cells.append(cell)
     nb.cells = cells
-    for cell, c in zip(nb.cells, want):
-        cell.metadata.pop("tags", None)
-        cell.metadata.pop("nbgrader", None)
-        cell.metadata.pop("jupyter", None)
-        cell.metadata.update(cell_metadata(c))
+    _set_metadata(nb, want)
     nbformat.write(nb, path)
 
 
@@ -174,11 +178,7 @@ def refresh_metadata(src: str) -> None:
     want = parse(open(src).read())
     if [(c.cell_type, c.source) for c in nb.cells] != [(c["type"], c["source"]) for c in want]:
         raise SystemExit(f"{os.path.relpath(path, ROOT)} is stale: execute it instead of refreshing metadata")
-    for cell, c in zip(nb.cells, want):
-        cell.metadata.pop("tags", None)
-        cell.metadata.pop("nbgrader", None)
-        cell.metadata.pop("jupyter", None)
-        cell.metadata.update(cell_metadata(c))
+    _set_metadata(nb, want)
     nbformat.write(nb, path)
 
 
