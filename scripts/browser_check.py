@@ -43,6 +43,9 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # What a widget looks like when it is *not* rendered: its repr, or the manager's error.
 BAD = re.compile(r"Error displaying widget|(?:VBox|HBox|Box|Tab|Accordion)\(children=|"
                  r"(?:IntProgress|FloatProgress|Dropdown|IntSlider|FloatSlider|Output)\((?:value|layout|description|outputs|children|index|max)")
+# The notebook's code-cell models, in order (window.jupyterapp: the server exposes it).
+CODE_CELLS = ("() => { const c = window.jupyterapp.shell.currentWidget.content.model.cells; "
+              "return Array.from({length: c.length}, (_, i) => c.get(i)).filter(m => m.type === 'code')")
 SETTINGS = {  # JUPYTERLAB_SETTINGS_DIR/<plugin>.jupyterlab-settings
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
@@ -110,7 +113,10 @@ class Lab:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
              "--ServerApp.port=0", f"--IdentityProvider.token={self.token}",
-             f"--ServerApp.root_dir={self.root}", "--allow-root"],
+             f"--ServerApp.root_dir={self.root}", "--allow-root",
+             # window.jupyterapp: run_all reads the cells' execution counts from the notebook's
+             # model (a collapsed input, as a proof cell's is, shows no prompt in the page).
+             "--LabApp.expose_app_in_browser=True"],
             cwd=self.root, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             # The server lives no longer than this script: killed outright (a test's timeout sends
             # SIGKILL, and no ``finally`` runs then), it would stay behind with PPID 1 -- seen once.
@@ -161,6 +167,11 @@ class Page:
         self.page.goto(f"{lab.url}/lab/tree/{rel}?token={lab.token}&reset", timeout=180_000,
                        wait_until="domcontentloaded")
         self.page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=180_000)
+        # The model fills in after the first cell shows: wait for all of the file's cells.
+        self.cells = json.load(open(os.path.join(ROOT, rel)))["cells"]
+        self.page.wait_for_function(
+            f"() => window.jupyterapp?.shell.currentWidget?.content?.model?.cells.length === {len(self.cells)}",
+            timeout=180_000)
         self.wait_idle(120)
 
     def _console(self, msg):
@@ -203,20 +214,22 @@ class Page:
         """Run All Cells; None when every cell ran, else the failing cell's last output line.
 
         Run All stops at the first cell that raises, so "kernel idle but a cell never ran" is
-        the failure signal (tracebacks of deliberately crashed ranks are ordinary output here).
+        the failure signal (a cell ran when its model has an execution count; the counts stored
+        in the notebook are cleared first) (tracebacks of deliberately crashed ranks are ordinary output here).
         """
         def click_run_all():
             self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
             self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
+        self.page.evaluate(CODE_CELLS + ".forEach(m => { m.executionCount = null; }); }")
         click_run_all()
         deadline, idle_since, clicks = time.monotonic() + timeout_s, None, 1
         time.sleep(2)
         while time.monotonic() < deadline:
-            prompts, idle = self.page.evaluate(
-                "() => [[...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent),"
-                " document.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status')]")
-            done = [bool(re.search(r"\[\d+\]", p)) for p in prompts]
+            counts = self.page.evaluate(CODE_CELLS + ".map(m => m.executionCount); }")
+            idle = self.page.evaluate("() => document.querySelector("
+                                      "'.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status')")
+            done = [isinstance(c, int) for c in counts]
             if all(done):
                 return None
             idle_since = (idle_since or time.monotonic()) if idle == "idle" else None
