@@ -229,8 +229,10 @@ def _audit(event: str, args: tuple) -> None:
     if not _files or _busy:
         return
     if event == "open":
+        if not isinstance(args[0], (str, bytes, os.PathLike)) or not _from_learner():
+            return
         path = _path(args[0])
-        if path is None or not _from_learner():
+        if path is None:
             return
         mode, flags = args[1] or "", args[2] if len(args) > 2 and isinstance(args[2], int) else 0
         _check_path(path, any(c in mode for c in "wax+") or bool(flags & WRITE_FLAGS))

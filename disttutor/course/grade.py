@@ -170,7 +170,7 @@ def grade(paths: list[str], exercises: list[str] | None = None, timeout: float =
             stub = stub_problem(src) if src is not None else None
             if stub and not stub.startswith(f"still a stub -- Exercise {ex.id}:"):
                 stub = None  # another exercise's stub in the same cell: this one is for its checker
-            problem = problem or stub or _compile_problem(src) or static_problem(src, ex.id)  # no process needed
+            problem = problem or stub or _compile_problem(src) or static_problem(src or "", ex.id)  # no process
             if src is None or problem:
                 results[lr.name, ex.id] = Outcome(lr.name, ex.id, "fail" if problem else "missing", problem, 0.0, nb)
             else:

@@ -49,52 +49,62 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):g} MiB"
 
 
+def prepare(d: str, env: dict, references: tuple[str, ...] = (), show: dict[str, str] | None = None,
+            unsafe: bool = False, limits: sandbox.Limits = sandbox.Limits()):
+    """(command prefix, environment, preexec function, the check's folder here) for a check in ``d``.
+
+    The prefix is bubblewrap's command line (nothing when ``unsafe``); the folder ``d/box`` is the
+    check's own, ``/sandbox`` inside; ``show`` are more read-only files {inside: here}.
+    """
+    from disttutor.contract.procs import PRCTL, tie_to_parent
+
+    box, ro = os.path.join(d, "box"), os.path.join(d, "ro")
+    os.makedirs(box)
+    os.makedirs(ro)
+    root = sandbox.user() == 0
+    uid = _next_uid() if root and not unsafe else None
+    if uid is not None:
+        os.chown(box, uid, uid)
+    cmd_env = sandbox.environment(env, uid, sandboxed=not unsafe)
+    cmd_env[guard.ENV_VIOLATIONS] = os.path.join(box if unsafe else sandbox.BOX, "refused.txt")
+    if unsafe:
+        cmd_env.update(HOME=box, TMPDIR=box)
+        prefix: list[str] = []
+    else:
+        prefix = [*sandbox.bwrap_args(box, ro, uid or sandbox.user(), references, show), "--clearenv"]
+        for k, v in cmd_env.items():
+            prefix += ["--setenv", k, v]
+    processes = limits.processes if uid is not None else (  # the check's own user: only its tasks count
+        None if root or os.name != "posix" else sandbox.user_tasks(sandbox.user()) + limits.processes)
+    limit = sandbox.limiter(limits, processes) if os.name == "posix" else None
+
+    def preexec() -> None:
+        limit()
+        if PRCTL:
+            tie_to_parent()
+
+    return prefix, ({**env, **cmd_env} if unsafe else {"PATH": cmd_env["PATH"]}), limit and preexec, box
+
+
 def run_one(exercise, src: str, timeout: float, env: dict, running: set, unsafe: bool = False,
             limits: sandbox.Limits = sandbox.Limits()) -> tuple[str, str]:
     """(status, message) of one check: "pass", "fail" or "timeout"."""
-    from disttutor.contract.procs import PRCTL, kill_tree, tie_to_parent
+    from disttutor.contract.procs import kill_tree
 
     with tempfile.TemporaryDirectory(prefix="disttutor-grade-") as d:
-        box, ro = os.path.join(d, "box"), os.path.join(d, "ro")
-        os.makedirs(box)
-        os.makedirs(ro)
-        src_here = os.path.join(ro, f"ex{exercise.id.replace('.', '_')}.py")
+        src_here = os.path.join(d, f"ex{exercise.id.replace('.', '_')}.py")
         with open(src_here, "w") as f:
             f.write(src)
-        root = os.getuid() == 0
-        uid = _next_uid() if root and not unsafe else None
-        if uid is not None:
-            os.chown(box, uid, uid)
-        inside_src = src_here
-        cmd_env = sandbox.environment(env, uid, sandboxed=not unsafe)
-        refusals = os.path.join(sandbox.BOX if not unsafe else box, "refused.txt")
-        cmd_env.update({guard.ENV_EXERCISE: exercise.id, guard.ENV_VIOLATIONS: refusals})
-        if unsafe:
-            cmd_env.update(HOME=box, TMPDIR=box)
-            prefix: list[str] = []
-        else:
-            inside_src = f"/grade/{os.path.basename(src_here)}"
-            prefix = [*sandbox.bwrap_args(box, ro, uid or os.getuid(), exercise.references, {inside_src: src_here}),
-                      "--clearenv"]
-            for k, v in cmd_env.items():
-                prefix += ["--setenv", k, v]
-        processes = None if root else sandbox.user_tasks(os.getuid()) + limits.processes
-        if uid is not None:
-            processes = limits.processes  # the check's own user: only its own tasks count
-        limit = sandbox.limiter(limits, processes)
-
-        def preexec() -> None:
-            limit()
-            if PRCTL:
-                tie_to_parent()
-
+        inside_src = src_here if unsafe else f"/grade/{os.path.basename(src_here)}"
+        prefix, popen_env, preexec, box = prepare(d, {**env, guard.ENV_EXERCISE: exercise.id}, exercise.references,
+                                                  {inside_src: src_here}, unsafe, limits)
         nonce = secrets.token_hex(16)
         out_path, err_path = os.path.join(d, "stdout"), os.path.join(d, "stderr")
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             # PR_SET_PDEATHSIG follows the *thread* that started the child: a pool thread lives until
             # the pool is shut down, after every child it started has ended.
             p = subprocess.Popen([*prefix, sys.executable, "-m", "disttutor.course.grade", "--one", exercise.id,
-                                  inside_src], env={**env, **cmd_env} if unsafe else {"PATH": cmd_env["PATH"]}, cwd=box,
+                                  inside_src], env=popen_env, cwd=box,
                                  stdout=out, stderr=err, stdin=subprocess.PIPE, start_new_session=True,
                                  preexec_fn=preexec)
         running.add(p)
@@ -127,7 +137,7 @@ def _verdict(returncode: int, d: str, box: str, nonce: str, limits: sandbox.Limi
         lines = [ln[len(nonce):] for ln in f.read().splitlines() if ln.startswith(nonce)]
     with open(os.path.join(d, "stderr"), errors="replace") as f:
         err = f.read()
-    if returncode == -signal.SIGXCPU:
+    if sandbox.killed_by(returncode, signal.SIGXCPU):
         return "fail", f"your code used {limits.cpu_seconds} s of CPU time, the sandbox's limit: it was stopped"
     if "MemoryError" in err and not lines:
         return "fail", f"your code ran out of memory (the sandbox allows {_mib(limits.memory_bytes)} a process)"

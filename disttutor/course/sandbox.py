@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,11 @@ FIRST_UID = 61000                  # root grades as these users (one per check a
 ENV_UID = "DISTTUTOR_SANDBOX_UID"  # the `--one` child becomes this user before it reads the code
 PASS_ENV = ("LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED")
 INSTALL = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
+
+
+def user() -> int:
+    """This process's user id (-1 where there are none: Windows)."""
+    return os.getuid() if hasattr(os, "getuid") else -1
 
 
 class SandboxUnavailable(ValueError):
@@ -159,18 +163,26 @@ def user_tasks(uid: int) -> int:
 
 def limiter(limits: Limits, processes: int | None):
     """The function the check's first process runs before it starts (POSIX): its rlimits."""
+    import resource  # POSIX only: the grader calls this only there
+
     def apply() -> None:
-        for what, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_CPU, limits.cpu_seconds),
-                            (resource.RLIMIT_FSIZE, limits.output_bytes)):
+        for what, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_FSIZE, limits.output_bytes)):
             resource.setrlimit(what, (value, value))
+        # SIGXCPU at the limit (the grader names it), SIGKILL a little later if the code ignores it
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
         if processes is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
     return apply
 
 
+def killed_by(returncode: int, sig: int) -> bool:
+    """A process killed by ``sig``: -sig from Python, 128 + sig from bwrap (it exits as its child did)."""
+    return returncode in (-sig, 128 + sig)
+
+
 def become(uid_text: str | None) -> None:
     """Inside the sandbox, as root: become the check's own user before any learner code runs."""
-    if uid_text and os.getuid() == 0:
+    if uid_text and user() == 0:
         uid = int(uid_text)
         os.setgroups([])
         os.setgid(uid)
