@@ -82,6 +82,7 @@ def digest(*folders: str) -> dict[str, str]:
 
 
 @needs_sandbox
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_hostile_submissions_fail_safely(tmp_path, no_leftovers):
     home = tmp_path / "teacher_home"
@@ -118,6 +119,7 @@ def _in_sandbox(tmp_path, code: str, limits=sandbox.Limits()):
 
 
 @needs_sandbox
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_sandbox_walls_without_the_guard(tmp_path, no_leftovers):
     # processes without end: the limit stops them (threads count too), and they all end with the check

@@ -92,14 +92,24 @@ def _python_roots() -> list[str]:
     return sorted(r for r in roots if not any(r.startswith(o + os.sep) for o in roots if o != r))
 
 
+def reference_files(module: str) -> list[str]:
+    """The files of ``module``: the course's, and an installed copy's (``pip install .``) if there is one."""
+    import site
+
+    rel = os.path.join(*module.split(".")) + ".py"
+    dirs = [*site.getsitepackages(), site.getusersitepackages()] if hasattr(site, "getsitepackages") else []
+    found = [os.path.join(ROOT, rel), *(os.path.join(d, rel) for d in dirs if os.path.isfile(os.path.join(d, rel)))]
+    return list(dict.fromkeys(found))
+
+
 def write_files(ro: str, uid: int, references: tuple[str, ...]) -> dict[str, str]:
     """The sandbox's generated read-only files in ``ro``: {path inside: path here}."""
     files = {"/etc/hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
              "/etc/passwd": f"root:x:0:0::/:/bin/false\nlearner:x:{uid}:{uid}::{BOX}:/bin/false\n",
              "/etc/group": f"root:x:0:\nlearner:x:{uid}:\n"}
     for m in references:
-        files[os.path.join(ROOT, *m.split(".")) + ".py"] = (
-            f"raise ImportError({f'your code calls {m}: write it yourself'!r})\n")
+        for path in reference_files(m):
+            files[path] = f"raise ImportError({f'your code calls {m}: write it yourself'!r})\n"
     out = {}
     for i, (inside, text) in enumerate(files.items()):
         here = os.path.join(ro, f"{i}_{os.path.basename(inside)}")
@@ -126,8 +136,7 @@ def bwrap_args(box: str, ro: str, uid: int, references: tuple[str, ...], show: d
              "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--ro-bind-try", "/etc/localtime", "/etc/localtime"]
     for r in [*_python_roots(), PKG]:
         args += [*_parents(r), "--ro-bind", r, r]
-    caches = sorted({os.path.join(os.path.dirname(os.path.join(ROOT, *m.split("."))), "__pycache__")
-                     for m in references})
+    caches = sorted({os.path.join(os.path.dirname(f), "__pycache__") for m in references for f in reference_files(m)})
     for inside, here in {**write_files(ro, uid, references), **(show or {})}.items():
         args += [*_parents(inside), "--ro-bind", here, inside]
     for c in caches:  # the references' compiled copies, too
