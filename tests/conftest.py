@@ -63,6 +63,7 @@ SLOW_FIRST = [
     "tests/test_ch07_zero_bubble.py",       # ~45 idle: zero-bubble and balance launches
     "tests/test_ch08_links.py",             # ~45 idle: the emulated link fitted back, hooks vs one process
     "tests/test_ch11_fsdp2.py",             # ~40: FSDP2's bytes on 4 ranks
+    "tests/test_sandbox.py",                # ~40 at load 4, ~75 at load 10: eight hostile submissions, the walls
     "tests/test_plain_scripts.py",          # ~30: every plain script on 2 ranks
     "tests/test_slurm.py",                  # ~60: six sbatch jobs on a local two-node Slurm
     "tests/test_ch09_troubleshoot.py",

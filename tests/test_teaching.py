@@ -40,6 +40,21 @@ def test_export_leaves_out_solutions_and_tests(tmp_path):
                           f"{len(e.hints) + 1}))"], cwd=dest, env={**os.environ, "PYTHONPATH": str(dest)},
                          capture_output=True, text=True, timeout=60)
     assert "ask your teacher" in out.stdout, out.stderr
+    # no module of the copy passes an exercise: importing an exercise's reference fails its check there
+    # (found in the source: no ranks), though the copy keeps them for the chapters (TEACHING.md says so)
+    refs = [(e.id, m) for e in EXERCISES for m in e.references]
+    assert {"2.1", "4.1", "4.2", "8.1", "11.1", "11.2"} <= {i for i, _ in refs} and not (dest / ".git").exists()
+    code = ("from disttutor.checks.registry import EXERCISES, exercise\n"
+            f"for i, m in {refs!r}:\n"
+            "    e = exercise(i)\n"
+            "    r = e.check_function()(f'import {m} as ref\\n\\ndef {e.stub}(*a, **k):\\n    return ref.X(*a, **k)\\n')\n"
+            "    print(i, r.passed, r.problems[0])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=dest, env={**os.environ, "PYTHONPATH": str(dest)},
+                         capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(refs), out.stderr
+    for (i, m), line in zip(refs, lines):
+        assert line.startswith(f"{i} False ") and line.endswith(f"your code calls {m}: write it yourself"), line
     with pytest.raises(ValueError, match="not an empty folder"):
         export.export(str(dest))
     with pytest.raises(ValueError, match="outside the course"):

@@ -107,10 +107,18 @@ def write_exercise(obj: Callable | str, directory: str | None = None) -> str:
     return path
 
 
-def load_exercise(path: str, name: str) -> Callable:
-    """Rank side: import ``path`` as a fresh module and return ``name`` from it."""
+def load_exercise(path: str, name: str, exercise: str | None = None) -> Callable:
+    """Rank side: import ``path`` as a fresh module and return ``name`` from it.
+
+    Under the guard of ``exercise`` (else ``$DISTTUTOR_EXERCISE``, which :func:`run_check` gives
+    the ranks): the code of ``path`` may not call that exercise's references
+    (:mod:`disttutor.checks.guard`).
+    """
+    from disttutor.checks import guard
+
     spec = importlib.util.spec_from_file_location(f"disttutor_exercise_{os.getpid()}", path)
     mod = importlib.util.module_from_spec(spec)
+    mod.__builtins__ = guard.install(path, exercise or os.environ.get(guard.ENV_EXERCISE))
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     try:
         fn = getattr(mod, name)
@@ -186,10 +194,15 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str | tupl
     """
     from disttutor.launcher.launch import launch
 
-    stub = stub_problem(to_source(obj))
-    if stub:  # an untouched stub needs no ranks to say so (and the cell answers at once)
+    from disttutor.checks import guard
+
+    src = to_source(obj)
+    stub = stub_problem(src) or guard.static_problem(src, exercise)
+    if stub:  # an untouched stub (or a call of the answer) needs no ranks to say so
         return CheckResult(exercise, False, [stub])
     path = write_exercise(obj)
+    refusals = os.environ.get(guard.ENV_VIOLATIONS) or os.path.join(os.path.dirname(path), "refused.txt")
+    launch_kw["env"] = {guard.ENV_EXERCISE: exercise, guard.ENV_VIOLATIONS: refusals, **launch_kw.get("env", {})}
     # The ranks' own lines are not streamed (a checker's log is not for learners), so say that
     # something is running: a checker job takes a few seconds, more on a busy machine.
     print(f"checking Exercise {exercise} on {nproc} ranks ...", end="", flush=True)
@@ -230,7 +243,10 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str | tupl
             merged.append(text)
         else:
             merged.append(f"{'ranks' if len(ranks) > 1 else 'rank'} {', '.join(ranks)}: {text}")
-    return CheckResult(exercise, res.ok and not problems, merged, [r.results for r in res.ranks])
+    refused = guard.read_refusals(refusals)
+    if refused:  # what the guard refused comes first, also when the code caught the exception
+        merged = [refused[0], *(p for p in merged if refused[0] not in p)]
+    return CheckResult(exercise, res.ok and not problems and not refused, merged, [r.results for r in res.ranks])
 
 
 def stub_problem(src: str) -> str | None:
@@ -255,17 +271,17 @@ def stub_problem(src: str) -> str | None:
     return None
 
 
-def load_learner(obj: Callable | str, name: str) -> Callable:
+def load_learner(obj: Callable | str, name: str, exercise: str | None = None) -> Callable:
     """The learner's function, loaded from its *source* as the ranks would load it.
 
     Used by checkers that run in this process (formulas, schedules, command lines):
-    the same rules as on the ranks -- only the exercise's own code travels.
+    the same rules as on the ranks -- only the exercise's own code travels, under the guard.
     """
     import shutil
 
     path = write_exercise(obj)
     try:
-        return load_exercise(path, name)
+        return load_exercise(path, name, exercise)
     finally:
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
@@ -275,16 +291,26 @@ def run_local(exercise: str, obj: Callable | str, name: str, check: Callable[[Ca
 
     A stub, a crash or a syntax error becomes a failed result with one line, never a traceback.
     """
+    from disttutor.checks import guard
+
+    seen, guarded = len(guard.refused), guard.guarded()
     try:
-        stub = stub_problem(to_source(obj))
+        src = to_source(obj)
+        stub = stub_problem(src) or guard.static_problem(src, exercise)
         if stub:
             return CheckResult(exercise, False, [stub])
-        fn = load_learner(obj, name)
+        fn = load_learner(obj, name, exercise)
         problem = check(fn)
+        if len(guard.refused) > seen:  # refused, and the code caught it
+            problem = guard.refused[seen]
     except NotImplementedError as e:
         return CheckResult(exercise, False, [f"still a stub -- {e}"])
     except SyntaxError as e:
         return CheckResult(exercise, False, [f"the code does not compile: {e.msg} (line {e.lineno})"])
     except Exception as e:  # the learner's code crashed: say where, in one line
+        if len(guard.refused) > seen:
+            return CheckResult(exercise, False, [guard.refused[seen]])
         return CheckResult(exercise, False, [f"the function raised {type(e).__name__}: {e}"])
+    finally:
+        guard.keep_only(guarded)  # the check is over: the kernel runs the learner's code as it likes
     return CheckResult(exercise, problem is None, [] if problem is None else [problem])

@@ -133,7 +133,7 @@ def _agents_in(fn: Callable, timeout: float, run_dir: str) -> str | None:
 def check_node_command(fn: Callable | str, timeout: float = JOB_TIMEOUT_S) -> CheckResult:
     """Exercise 5.1: ``fn(node_rank, nnodes, nproc_per_node, head, port, job_id) -> list[str]``."""
     try:
-        node_command = load_learner(fn, function_name(fn, "node_command"))
+        node_command = load_learner(fn, function_name(fn, "node_command"), "5.1")
         problem = _static_problem(node_command) or _run_two_agents(node_command, timeout)
     except NotImplementedError as e:
         return CheckResult("5.1", False, [f"still a stub -- {e}"])

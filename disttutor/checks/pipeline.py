@@ -68,7 +68,7 @@ def _first_difference(got, want: list[tuple[str, int]], rank: int, p: int, m: in
 def check_one_f_one_b(fn: Callable | str, timeout: float = JOB_TIMEOUT_S) -> CheckResult:
     """Exercise 7.1: is ``fn(rank, p, m)`` the order torch's Schedule1F1B runs on that rank?"""
     try:
-        order = load_learner(fn, function_name(fn, "one_f_one_b"))
+        order = load_learner(fn, function_name(fn, "one_f_one_b"), "7.1")
         order(0, 2, 2)  # a stub fails here, before anything is launched
     except NotImplementedError as e:
         return CheckResult("7.1", False, [f"still a stub -- {e}"])

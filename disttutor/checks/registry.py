@@ -32,6 +32,9 @@ class Exercise:
     broken: str = ""
     difficulty: str = ""       # "warm-up", "core" or "stretch": shown above the stub
     minutes: int = 0           # the time a learner should plan for it, shown above the stub
+    # the course's own implementations of the answer (modules): the learner's code may not call them
+    # (disttutor.checks.guard refuses it, naming the module), and a graded check runs where they are absent
+    references: tuple[str, ...] = ()
 
     def __post_init__(self):
         if f"{self.chapter}." != self.id[:len(str(self.chapter)) + 1] or ":" not in self.checker:
@@ -65,7 +68,7 @@ EXERCISES: tuple[Exercise, ...] = (
                  "Post the send and the receive together (dist.isend + dist.irecv, then wait both): two "
                  "blocking sends facing each other wait forever. In reduce-scatter step k rank r sends "
                  "chunk (r-k) % n and adds what it receives into chunk (r-k-1) % n."),
-             difficulty="core", minutes=40),
+             difficulty="core", minutes=40, references=("disttutor.scratch.allreduce",)),
     Exercise("3.1", 3, "bytes through rank 0 versus the ring", "predict_sent",
              "disttutor.checks.traffic:check_predict_sent", "solutions/ex3_1_predict_sent.py", (
                  "Device 0 sends each other device the parameters plus its input and output-gradient shards; "
@@ -78,7 +81,8 @@ EXERCISES: tuple[Exercise, ...] = (
                  "After backward every rank holds the gradient of its own shard: make it the average over ranks.",
                  "dist.all_reduce(p.grad) sums; divide by dist.get_world_size(). Skip parameters whose "
                  "p.grad is None (frozen, or unused in this step)."),
-             difficulty="warm-up", minutes=15),
+             difficulty="warm-up", minutes=15,
+             references=("disttutor.scratch.ddp", "disttutor.scratch.accumulate")),
     Exercise("4.2", 4, "bucketed, overlapped DDP", "OverlappedDDP",
              "disttutor.checks.ddp:check_bucketed_ddp", "solutions/ex4_2_bucketed_ddp.py", (
                  "Only parameters that require grad get hooks and buckets; launch a bucket once all its "
@@ -86,7 +90,8 @@ EXERCISES: tuple[Exercise, ...] = (
                  "register_post_accumulate_grad_hook fires once per tensor per backward (also for a tied "
                  "weight used twice). Launch torch.cat of the bucket's grads with async_op=True; in finish() "
                  "wait, divide, copy back; a bucket whose parameters got no gradient must still be launched."),
-             difficulty="stretch", minutes=60),
+             difficulty="stretch", minutes=60,
+             references=("disttutor.scratch.ddp", "disttutor.scratch.accumulate")),
     Exercise("5.1", 5, "torchrun command for a 2-node job", "node_command",
              "disttutor.checks.cluster:check_node_command", "solutions/ex5_1_node_command.py", (
                  "Every node runs the same torchrun command with c10d rendezvous: the nodes meet at the "
@@ -120,7 +125,7 @@ EXERCISES: tuple[Exercise, ...] = (
              ("A flag set by no_sync() and restored when it exits (contextlib.contextmanager, try/finally).",
               "Override _grad_ready: while the flag says 'no sync', return without calling super()._grad_ready(p). "
               "Post-accumulate hooks fire after .grad has been summed, so the last backward sees the whole sum."),
-             difficulty="core", minutes=20),
+             difficulty="core", minutes=20, references=("disttutor.scratch.accumulate",)),
     Exercise("8.2", 8, "a gradient-compression communication hook", "fp16_compress_hook",
              "disttutor.checks.perf:check_compress_hook", "solutions/ex8_2_compress_hook.py",
              ("Cast bucket.buffer() to fp16, divide it by the world size (before summing: no overflow), then "
@@ -168,7 +173,7 @@ EXERCISES: tuple[Exercise, ...] = (
                  "optimiser (`self.optim`) on this rank's parameters only, so only they get Adam state.",
                  "step(): self.optim.step(), then for EVERY trainable parameter, in the same order on every "
                  "rank, dist.broadcast(p, src=owner). Skip frozen parameters; list a tied one once."),
-             difficulty="core", minutes=40),
+             difficulty="core", minutes=40, references=("disttutor.scratch.zero1",)),
     Exercise("11.2", 11, "FSDP: sharded parameters, all-gather, reduce-scatter", "FSDP",
              "disttutor.checks.sharding:check_fsdp", "solutions/ex11_2_fsdp.py", (
                  "The skeleton already flattens, pads and shards, and its _Unit calls your three methods at the "
@@ -181,7 +186,7 @@ EXERCISES: tuple[Exercise, ...] = (
                  "dist.reduce_scatter_single(piece, grad_full.contiguous()) sums over ranks (older code: "
                  "reduce_scatter_tensor); return piece.float() / world -- the AVERAGE, in fp32 for the fp32 master "
                  "shard (SGD is checked first: it notices a sum, AdamW would not)."),
-             difficulty="core", minutes=30),
+             difficulty="core", minutes=30, references=("disttutor.scratch.fsdp",)),
     Exercise("12.1", 12, "the row-parallel linear's backward", "RowParallelLinear",
              "disttutor.checks.tensor_parallel:check_row_parallel", "solutions/ex12_1_row_parallel.py", (
                  "The forward all-reduced the output, so grad_y is the same on every rank: does backward "

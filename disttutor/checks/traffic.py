@@ -42,7 +42,7 @@ def _why(pattern: str) -> str:
 def check_predict_sent(fn: Callable | str, timeout: float = JOB_TIMEOUT_S) -> CheckResult:
     """Exercise 3.1: is ``fn(pattern, n, n_params, batch, d_in, d_out)`` the bytes rank 0 sends per step?"""
     try:
-        predict = load_learner(fn, function_name(fn, "predict_sent"))
+        predict = load_learner(fn, function_name(fn, "predict_sent"), "3.1")
         shape = dict(n_params=2110, batch=96, d_in=10, d_out=10)  # dp_traffic's defaults; checked below
         for pattern in PATTERNS:  # a stub fails here, before anything is launched
             predict(pattern, 2, **shape)

@@ -9,9 +9,10 @@ caches and environments), minus:
 
 Everything else stays, because the learner's copy must run: the checkers, the chapters with their
 outputs, the broken programs of the fix-the-bug exercises, and ``disttutor/scratch/`` (the
-from-scratch references the checkers and the chapters' programs use — a learner who reads them
-finds the algorithms of Exercises 4.x and 11.x; TEACHING.md says so). Hints end with "ask your
-teacher" instead of a solution's path. Standard library only.
+from-scratch references the chapters' programs run after their exercises). None of them passes an
+exercise: a learner's code that imports its exercise's references (``Exercise.references``) fails
+its check, in the copy too (:mod:`disttutor.checks.guard`); TEACHING.md says what the copy holds.
+Hints end with "ask your teacher" instead of a solution's path. Standard library only.
 """
 from __future__ import annotations
 

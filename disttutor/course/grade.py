@@ -8,9 +8,14 @@ A teacher collects the learners' work: one folder per learner, nbgrader's
 last code cell that defines the exercise's function/class -- and runs the exercise's checker on it
 in a **separate process** (``python -m disttutor.course.grade --one``) bounded by ``--timeout``: a
 learner's endless loop or hung rank is killed with its whole process tree and the batch goes on
-(``--jobs`` checks at a time). An untouched stub needs no process: it is reported as the checker
-would. Prints a table, one row per learner and one column per exercise (pass, or FAIL with the
-checker's first message), and writes the same as CSV.
+(``--jobs`` checks at a time). That process runs in a **sandbox** (:mod:`disttutor.course.sandbox`:
+bubblewrap; no ``solutions/``, no reference of the exercise, no teacher's files, no network but
+loopback; limits on memory, processes, CPU time and output) and under the guard that refuses calls
+of the answers (:mod:`disttutor.checks.guard`); :mod:`disttutor.course.isolated` reads back what
+happened. Without bubblewrap the grader stops, unless told ``--unsafe-no-sandbox``. An untouched
+stub, or code that imports the exercise's reference, needs no process: it is reported as the
+checker would. Prints a table, one row per learner and one column per exercise (pass, or FAIL with
+the checker's first message), and writes the same as CSV.
 """
 from __future__ import annotations
 
@@ -19,9 +24,7 @@ import ast
 import csv
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 
 from disttutor.checks.registry import EXERCISES, Exercise, exercise
 from disttutor.course.roster import Learner, chapter_of, find
+from disttutor.course.sandbox import SandboxUnavailable, unavailable
 
 MARKER = "DISTTUTOR_GRADE_RUN"  # set on every process the grader starts: how it counts what is left
 KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
@@ -108,50 +112,9 @@ def check_one(exercise_id: str, source_file: str) -> dict:
     return {"passed": bool(res.passed), "message": "" if res.passed else (res.problems or ["not passed"])[0]}
 
 
-def _run_child(ex: Exercise, src: str, timeout: float, env: dict, running: set) -> tuple[str, str]:
-    from disttutor.contract.procs import PRCTL, kill_tree, tie_to_parent
-
-    with tempfile.TemporaryDirectory(prefix="disttutor-grade-") as d:
-        path = os.path.join(d, f"ex{ex.id.replace('.', '_')}.py")
-        with open(path, "w") as f:
-            f.write(src)
-        # PR_SET_PDEATHSIG follows the *thread* that started the child: a pool thread lives until
-        # the pool is shut down, after every child it started has ended.
-        p = subprocess.Popen([sys.executable, "-m", "disttutor.course.grade", "--one", ex.id, path], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                             start_new_session=True, preexec_fn=tie_to_parent if PRCTL else None)
-        running.add(p)
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree([p.pid])
-            p.communicate()
-            return "timeout", f"no answer within {timeout:g}s (an endless loop, or ranks waiting on each other)"
-        except BaseException:
-            kill_tree([p.pid])
-            raise
-        finally:
-            running.discard(p)
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        last = (err.strip().splitlines() or ["(no output)"])[-1]
-        return "fail", f"the checker could not run it: {last[:200]}"
-    r = json.loads(lines[-1])
-    return ("pass", "") if r["passed"] else ("fail", r["message"])
-
-
-def leftover_processes(run_id: str) -> list[int]:
-    """Processes still alive that the grader started (found by the marker in their environment)."""
-    import psutil
-
-    left = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(MARKER) == run_id:
-                left.append(proc.pid)
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
-            continue
-    return left
+WARNING = ("\n" + "!" * 78 + "\n!! disttutor grade --unsafe-no-sandbox: {why}.\n!! The learners' code runs WITH "
+           "YOUR RIGHTS: it can read solutions/, other learners'\n!! notebooks and your files, write where you can, "
+           "and use the network.\n" + "!" * 78 + "\n")
 
 
 def _read(path: str) -> tuple[dict | None, str]:
@@ -178,14 +141,24 @@ def _pick(learner: Learner, books: dict, ex: Exercise) -> tuple[str, str | None,
 
 
 def grade(paths: list[str], exercises: list[str] | None = None, timeout: float = 600.0,
-          progress=None, jobs: int = 1) -> tuple[list[Outcome], list[int]]:
+          progress=None, jobs: int = 1, unsafe_no_sandbox: bool = False) -> tuple[list[Outcome], list[int]]:
     """Grade every learner; returns the outcomes (learner by learner, in exercise order) and the
-    processes left behind (should be [])."""
+    processes left behind (should be []). Each check runs sandboxed: where that is impossible this
+    raises :class:`SandboxUnavailable`, unless ``unsafe_no_sandbox`` (then a warning on stderr)."""
     from disttutor.checks.adapter import stub_problem
+    from disttutor.checks.guard import static_problem
     from disttutor.contract.procs import kill_tree
+    from disttutor.course.isolated import leftover_processes, run_one
 
     chosen = [exercise(e) for e in exercises] if exercises else list(EXERCISES)
     learners = find(paths)  # before any check: an ambiguous class is an error, not a wrong table
+    why = unavailable()
+    if why and not unsafe_no_sandbox:
+        raise SandboxUnavailable(f"cannot sandbox the learners' code: {why}. Grading without a sandbox lets "
+                                 "it read solutions/ and your files: pass --unsafe-no-sandbox to do it anyway")
+    unsafe = bool(why) or unsafe_no_sandbox
+    if unsafe:
+        print(WARNING.format(why=why or "asked for"), file=sys.stderr, flush=True)
     run_id = uuid.uuid4().hex
     env = {**os.environ, MARKER: run_id}
     results: dict[tuple[str, str], Outcome] = {}
@@ -197,7 +170,7 @@ def grade(paths: list[str], exercises: list[str] | None = None, timeout: float =
             stub = stub_problem(src) if src is not None else None
             if stub and not stub.startswith(f"still a stub -- Exercise {ex.id}:"):
                 stub = None  # another exercise's stub in the same cell: this one is for its checker
-            problem = problem or stub or _compile_problem(src)  # the checker's own words, without a process
+            problem = problem or stub or _compile_problem(src) or static_problem(src or "", ex.id)  # no process
             if src is None or problem:
                 results[lr.name, ex.id] = Outcome(lr.name, ex.id, "fail" if problem else "missing", problem, 0.0, nb)
             else:
@@ -206,7 +179,7 @@ def grade(paths: list[str], exercises: list[str] | None = None, timeout: float =
 
     def one(lr: Learner, ex: Exercise, nb: str, src: str) -> Outcome:
         t0 = time.perf_counter()
-        status, msg = _run_child(ex, src, timeout, env, running)
+        status, msg = run_one(ex, src, timeout, env, running, unsafe=unsafe)
         return Outcome(lr.name, ex.id, status, msg, time.perf_counter() - t0, nb)
 
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="disttutor-grade")
@@ -221,7 +194,7 @@ def grade(paths: list[str], exercises: list[str] | None = None, timeout: float =
         kill_tree([p.pid for p in list(running)])
         raise
     pool.shutdown(wait=True)
-    left = leftover_processes(run_id)
+    left = leftover_processes(MARKER, run_id)
     if left:  # should never happen; never leave them running either
         kill_tree(left)
     return [results[lr.name, ex.id] for lr in learners for ex in chosen], left
@@ -270,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1,
                    help="checks at a time (default 1; a checker on ranks uses up to 4 processes, so about "
                         "one job per 4 cores keeps its own timeouts honest)")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="grade even where bubblewrap cannot sandbox the checks (macOS, Windows): the learners' "
+                        "code then runs with your rights")
     p.add_argument("--csv", default="grades.csv",
                    help="where to write the CSV (default: grades.csv in the current folder; the last line says "
                         "where it went)")
@@ -283,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         for e in ids:
             exercise(e)
         t0 = time.perf_counter()
-        results, left = grade(a.paths, ids or None, a.timeout, jobs=a.jobs,
+        results, left = grade(a.paths, ids or None, a.timeout, jobs=a.jobs, unsafe_no_sandbox=a.unsafe_no_sandbox,
                               progress=lambda r: print(f"  {r.learner} {r.exercise}: {r.status} ({r.seconds:.0f}s)",
                                                        file=sys.stderr, flush=True))
     except (FileNotFoundError, ValueError) as e:  # RosterError is a ValueError
@@ -296,7 +272,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _one(exercise_id: str, source_file: str) -> None:
+    """The child's side of ``--one``: the check's own user, the nonce from stdin, the verdict line."""
+    from disttutor.course.sandbox import ENV_UID, become
+
+    become(os.environ.pop(ENV_UID, None))  # before the learner's code is read
+    nonce = sys.stdin.readline().strip()  # the verdict's line starts with it: a learner's print() is no verdict
+    sys.stdin.close()
+    verdict = json.dumps(check_one(exercise_id, source_file))
+    print(nonce + verdict, flush=True)
+
+
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--one":
-    print(json.dumps(check_one(sys.argv[2], sys.argv[3])), flush=True)
+    _one(sys.argv[2], sys.argv[3])
 elif __name__ == "__main__":
     sys.exit(main())
