@@ -221,7 +221,7 @@ fig = plot_traffic(rows, param_bytes=S)
 
 # %% [markdown] id="md-03-11"
 # Above, copies make device 0 carry N−1 times any other device, more than 2S more per added device; the
-# ring is even and under 2S per rank. With the chain, device 0 sends the model once and comes close to
+# ring is even, each rank sending under 2S. With the chain, device 0 sends the model once and comes close to
 # the ring: **with NCCL, bytes alone are not what makes DP slow**; section 3's costs are. The proof: all
 # patterns train the model one process trains, and DP's gradient is the full-batch one as a sum.
 
@@ -277,7 +277,7 @@ print(check_predict_sent(predict_sent))
 # * `nn.DataParallel` is one process: each forward scatters the batch, builds a **new replica** per device, runs one thread per replica and gathers the outputs on `device_ids[0]`.
 # * The backward **sums** the replicas' gradients onto device 0, where the loss and the one optimizer step run.
 # * Its costs: a replica per step, one GIL, device 0's extra memory and work, a reduce that waits for the whole backward.
-# * Bytes depend on the link: copies put (N−1) × the model through device 0; NCCL's chain about 1 ×, near a ring rank's 2(N−1)/N ×.
+# * Bytes depend on the pattern: copies put (N−1) × the model through device 0; NCCL's chain about 1 ×, near a ring rank's 2(N−1)/N ×.
 # * PyTorch recommends DDP (chapter 4) even on one machine.
 
 # %% [markdown] id="md-03-18" tags=["question"]

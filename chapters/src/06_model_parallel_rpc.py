@@ -228,8 +228,8 @@ print(inspect.getsource(rpc_train.RemoteStages.forward))
 # `with dist_autograd.context() as ctx_id:` every RPC that carries a tensor requiring grad is recorded
 # in a graph spanning the workers; `dist_autograd.backward(ctx_id, [loss])` runs backward through all of
 # it, keeping the gradients in the context on the worker that owns each parameter (not in `.grad`).
-# `DistributedOptimizer(optim.SGD, param_rrefs, lr=...)` holds an `RRef` to every parameter and
-# `opt.step(ctx_id)` updates each where it lives. The master's loop, from the program:
+# `DistributedOptimizer(optim.SGD, param_rrefs, lr=...)` takes an `RRef` to every parameter, builds an
+# optimizer on each worker that owns some, and `opt.step(ctx_id)` updates each where it lives. The master's loop, from the program:
 #
 # ```python
 # opt = DistributedOptimizer(optim.SGD, model.parameter_rrefs(), lr=cfg.lr)
@@ -276,7 +276,7 @@ print(check_rpc_training(rows, losses_match, ref_losses_rpc))
 # The topology is a star: each `rpc_sync` returns the activation to the master, which sends it to the
 # next worker, and one worker computes at a time, as in section 2.
 #
-# <details><summary><b>The article says</b> <code>x = self.embed_rref.remote().forward(x)</code>, and passes <code>x</code> on</summary>
+# <details><summary><b>The article says</b> <code>x_emb = self.embed_rref.remote().forward(x)</code>, and passes <code>x_emb</code> on</summary>
 #
 # Today `.remote()` returns an `RRef`, not a tensor: the next stage gets a reference it cannot compute
 # with, and the master's `to_here()` raises the `TypeError` the proof shows. `rpc_sync()` returns the tensor.
@@ -292,7 +292,7 @@ print(check_article_rpc_fails(art))
 # <details><summary><b>The article says</b> <code>nn.Transformer(d_model=1000, nhead=10)</code> on a <code>(32, 50)</code> batch</summary>
 #
 # Today, as before, `nn.Transformer` reads `(seq, batch, d)` unless `batch_first=True`: the 32 sequences
-# become 32 positions of one sequence, and attention mixes samples. The shape is the same either way,
+# become the 32 positions, their 50 tokens the batch, and attention mixes samples. The shape is the same either way,
 # so nothing fails; the proof changes sample 1 and looks at sample 0's output.
 # </details>
 
@@ -343,8 +343,8 @@ print(check_no_remote_grads(fixed.results[0], shape=[8, 10, 10], empty_error=emp
 # > **The RPC framework today.** `torch.distributed.rpc`, `dist_autograd` and `DistributedOptimizer`
 # > ship with this torch and work, as trained above, but the run warns of its own deprecations: RPC's
 # > start-up calls an API deprecated since PyTorch 2.0, and the distributed optimizer is built on
-# > TorchScript, deprecated in favour of `torch.compile` (the proof below reads the warnings). It is
-# > kept working; new model-parallel features are built elsewhere.
+# > TorchScript, deprecated in favour of `torch.compile` (the proof below reads the warnings). New
+# > model-parallel features are built elsewhere.
 # >
 # > | you need | use | chapter |
 # > |---|---|---|
