@@ -151,9 +151,13 @@ def test_the_sandbox_walls_without_the_guard(tmp_path, no_leftovers):
     finally:
         p.kill()
         p.communicate()
-    # nothing of the course's folder but disttutor/ (no solutions/, no .git), none of the teacher's files
+    # nothing of the course's folder but disttutor/ (no solutions/, no .git), none of the teacher's files;
+    # and the Python that runs the check, where it lives in that folder (course.py's .venv, as in CI)
+    python = sorted({os.path.relpath(r, ROOT).split(os.sep)[0] for r in sandbox._python_roots()
+                     if r.startswith(ROOT + os.sep)})
+    assert all(not name.startswith(("solutions", "disttutor", "chapters")) for name in python), python
     p, _ = _in_sandbox(tmp_path, f"print(sorted(os.listdir({ROOT!r})), os.path.exists({str(tmp_path)!r}))\n")
-    assert p.communicate(timeout=60)[0].strip() == "['disttutor'] False"
+    assert p.communicate(timeout=60)[0].strip() == f"{sorted(['disttutor', *python])} False"
 
 
 def test_a_notebook_check_refuses_the_answers_too():
