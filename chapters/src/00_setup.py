@@ -29,7 +29,7 @@ disttutor.course.chapters.header(0)
 # | **rank** | the number of one process of a job: 0, 1, …, world size − 1. Rank 0 is special only where a program makes it so (printing, saving). |
 # | **world size** | how many processes the job has (`WORLD_SIZE`); each usually drives one device. |
 # | **collective** | an operation every rank of a group calls together, e.g. *all-reduce*: sum a tensor over all ranks and give every rank the sum. It completes only when every rank has joined. |
-# | **backend** | the library that moves the bytes between ranks: **gloo** (CPUs, in every PyTorch build) or **NCCL** (NVIDIA GPUs). |
+# | **backend** | the library that moves the bytes between ranks: **gloo** (CPUs, in PyTorch's standard builds) or **NCCL** (NVIDIA GPUs). |
 # | **process group** | the set of ranks a collective runs over; `init_process_group` creates the default one, all ranks. |
 
 # %% [markdown] id="md-00-07"
@@ -136,7 +136,7 @@ print(ch00.check_setup_is_the_script())
 # ## 2. Results as data
 #
 # A course program's results come back as Python data instead of printed text. Here is `hello` on
-# 4 ranks; the cell prints the `torchrun` line it ran, then a rank-sorted table of what each rank
+# 4 ranks; the cell prints the `torchrun` line of the job, then a rank-sorted table of what each rank
 # reported (`hello.results[r]` is rank r's report as a dict).
 
 # %% tags=["nbval-check-output"]
@@ -222,9 +222,10 @@ print(hung.summary(lines=1))
 print(ch00.check_hang_ended(hung, skipped=1, timeout_s=3))
 
 # %% [markdown] id="md-00-13"
-# Rank 0's line is gloo's own error: it waited 3000 ms for data from rank 1, then gave up. Without
-# the `timeout=` it would simply wait: here for rank 1's 60 s sleep, and up to gloo's 30 minutes for
-# a rank that never comes.
+# Rank 0's line is gloo's own error: it waited 3000 ms for rank 1 in the all-reduce, then gave up.
+# Under plain `torchrun` without the `timeout=`, it would simply wait: here for rank 1's 60 s sleep,
+# and up to torch's default, printed above, for a rank that never comes. (`launch` gives a script
+# that passes no `timeout=` its own collective timeout, 60 s.)
 #
 # ### A crashed rank
 #
@@ -238,9 +239,9 @@ print(crashed.command)
 print(crashed.summary(lines=1))
 
 # %% [markdown] id="md-00-15"
-# When rank 0 fails first, its error is a connection error naming its peer's address: from inside
-# a rank, a crash elsewhere looks like a network failure. The rank at fault is the one with the
-# exit code.
+# When rank 0 fails before `torchrun` stops it, its error is a connection error naming its peer's
+# address: from inside a rank, a crash elsewhere looks like a network failure. The rank at fault is
+# the one with the exit code.
 
 # %% tags=["proof"]
 print(ch00.check_crashed(crashed, rank=1, exit_code=3))
@@ -356,7 +357,7 @@ print(ch00.check_no_leftovers(ch00.our_jobs()))
 # ```bash
 # torchrun --nproc-per-node=4 first_allreduce.py        # the first script
 # torchrun --nproc-per-node=2 faults.py hang             # rank 0 fails after 3 s
-# disttutor run hello -n 4                               # a course program, one line per rank
+# disttutor run hello -n 4                               # a course program: its lines, then a summary
 # disttutor doctor
 # ```
 #
@@ -381,7 +382,7 @@ print(ch00.check_no_leftovers(ch00.our_jobs()))
 # ## Key takeaways
 #
 # * A distributed script reads its rank from the environment, picks its device, calls `init_process_group(timeout=...)`, communicates, and calls `destroy_process_group`; `torchrun` starts one copy per rank.
-# * A collective returns only when every rank of its group has called it: a missing rank is a hang, which the collective timeout turns into an error on the waiting ranks.
+# * A collective completes only when every rank of its group has called it: a missing rank is a hang, which the collective timeout turns into an error on the waiting ranks.
 # * A crashed rank fails the whole job: the launcher names it with its exit code, its peers fail or are stopped, and no process is left behind.
 # * Programs are files started fresh by `torchrun`: a notebook's function cannot be unpickled in an `mp.spawn` child.
 # * gloo on CPUs, NCCL with a GPU for every rank: the same script picks its backend and device itself.
