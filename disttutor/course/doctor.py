@@ -67,8 +67,9 @@ def doctor(nproc: int = 2, run: bool = True, timeout: float = 60.0) -> DoctorRep
             res = launch("hello", nproc, timeout=timeout, stream=False)
             want = nproc * (nproc + 1) / 2
             good = all(r["after"] == [want] * 3 for r in res.results)
-            rep.facts["all-reduce test"] = (f"{nproc} ranks, backend {res.results[0]['backend']}, "
-                                            f"every rank got {want:g}")
+            got = (f"every rank got {want:g}" if good else
+                   f"ranks got {[r['after'] for r in res.results]}, expected {want:g}")  # what was measured
+            rep.facts["all-reduce test"] = f"{nproc} ranks, backend {res.results[0]['backend']}, {got}"
             rep.checks[f"{nproc}-rank all-reduce"] = good
         except LaunchError as e:
             rep.checks[f"{nproc}-rank all-reduce"] = False
