@@ -189,7 +189,10 @@ def test_claims_reject_an_average_and_an_uneven_ring():
     through = {(n, p): sum(dp.expected_bytes(p, n, 0, 2110, 96, D, D).values()) for n in runs for p in dp.PATTERNS}
     others = {(n, p): sum(sum(dp.expected_bytes(p, n, k, 2110, 96, D, D).values()) for k in range(1, n)) / (n - 1)
               for n in runs for p in dp.PATTERNS}
-    assert "N=4" in check_dp_traffic(through, others, runs, S, dp.textbook_ring_bytes)
+    verdict = check_dp_traffic(through, others, runs, S, dp.textbook_ring_bytes)
+    assert "N=4" in verdict
+    # the busiest ring rank's bytes, as a multiple of S: 2(N-1)/N at N=4 (chunks round by under 4 bytes)
+    assert "a ring rank sends at most 1.50S, under 2S" in verdict, verdict
     with pytest.raises(AssertionError, match="uneven"):
         check_dp_traffic(through, {**others, (4, "ddp-ring"): others[(4, "ddp-ring")] / 2}, runs, S,
                          dp.textbook_ring_bytes)

@@ -392,15 +392,15 @@ print(ch00.check_no_leftovers(ch00.our_jobs()))
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
 #
-# **Question 0.1 (predict, then run).** `hello` gives rank r a tensor filled with r + 1, then calls `dist.all_reduce(x)` with no `op`. On 4 ranks, what number does **rank 3** hold afterwards? Write it into `my_prediction`, then run the next cell.
+# **Question 0.1 (predict, then run).** `hello` gives rank r a tensor filled with r + 1, then calls `dist.all_reduce(x)` with no `op`. On **5** ranks, what number does **rank 3** hold afterwards? Write it into `my_prediction`, then run the next cell.
 
 # %% tags=["predict"]
-my_prediction = None  # a number: what rank 3 holds after the all-reduce on 4 ranks
+my_prediction = None  # a number: what rank 3 holds after the all-reduce on 5 ranks
 
 # %%
 import disttutor
 
-q1 = disttutor.launch("hello", nproc=4, stream=False)
+q1 = disttutor.launch("hello", nproc=5, stream=False)
 measured = q1.results[3]["after"][0]
 assert all(set(r["after"]) == {measured} for r in q1.results)  # every rank, every element: the same sum
 reveal("0.q1", my_prediction, measured, rel_tol=0,  # small integers summed in float32: exact

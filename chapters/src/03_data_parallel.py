@@ -285,18 +285,19 @@ print(check_predict_sent(predict_sent))
 #
 # Write your answer before you open the one under it; in the first, the run decides.
 #
-# **Question 3.1 (predict, then run).** With copies (dp-copy), how many **times more bytes** does rank 0 send per step on **4** devices than on **2**? Write a number into `my_prediction`, then run the next cell.
+# **Question 3.1 (predict, then run).** With copies (dp-copy), how many **times more bytes** does rank 0 send per step on **8** devices than on **4**? Write a number into `my_prediction`, then run the next cell.
 
 # %% tags=["predict"]
-my_prediction = None  # a number: (bytes rank 0 sends on 4 devices) / (bytes on 2 devices)
+my_prediction = None  # a number: (bytes rank 0 sends on 8 devices) / (bytes on 4 devices)
 
 # %%
-q1 = disttutor.launch("dp_traffic", nproc=4, args={"steps": 1, "sizes": [2, 4], "patterns": ["dp-copy"]},
+q1 = disttutor.launch("dp_traffic", nproc=8, args={"steps": 1, "sizes": [4, 8], "patterns": ["dp-copy"]},
                       stream=False, timeout=150)
-sent = {n: q1.results[0]["runs"][str(n)]["dp-copy"]["sent"] for n in (2, 4)}
-measured = sent[4] / sent[2]
-reveal("3.q1", my_prediction, measured, rel_tol=0.2,  # 20 %: 3, the parameter copies alone, counts as right
-       explain=f"{sent[2]} -> {sent[4]} bytes: the model copies grow x3 (N − 1), the activation shards x1.5 (1/2 to 3/4)")
+sent = {n: q1.results[0]["runs"][str(n)]["dp-copy"]["sent"] for n in (4, 8)}
+measured = sent[8] / sent[4]
+reveal("3.q1", my_prediction, measured, rel_tol=0.2,  # 20 %: 7/3, the parameter copies alone, counts as right
+       explain=f"{sent[4]} -> {sent[8]} bytes: the model copies grow x{7 / 3:.2f} (N − 1), "
+               f"the activation shards x{(7 / 8) / (3 / 4):.2f} (3/4 to 7/8)")
 
 # %% [markdown] id="md-03-19" tags=["question"]
 # **Question 3.2.** Why does DataParallel's first device run out of memory or time first? Name everything that passes through it, or runs on it, in one training step.
