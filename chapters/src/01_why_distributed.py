@@ -66,8 +66,8 @@ print("torch", torch.__version__)
 # | mixed (fp16/bf16 + fp32 master) | Adam | 2 | 2 | 12 (master 4 + 8) | **16** |
 #
 # Adam costs 16 bytes per parameter *either way*: mixed precision saves activation memory and
-# time, not optimizer memory. `disttutor.sharding.memory.bytes_per_param` holds this table; the next cell
-# checks it against the tensors PyTorch really allocates for a small model.
+# time, not optimizer memory. `disttutor.sharding.memory.bytes_per_param` holds this table; the next cells
+# check it against the tensors PyTorch really allocates for a small model.
 
 # %% tags=["nbval-check-output"]
 model = seeded(MLP, 0, 256, [512, 512], 10)
@@ -116,8 +116,9 @@ print("bf16 + fp32 master + Adam, bytes per parameter:", {k: mixed[k] // P for k
 print(ch01.check_mixed_precision(mixed, P))
 
 # %% [markdown] id="md-01-23"
-# `torch.autocast` (the API chapter 8 uses) is a different scheme: it runs the operations in 16 bits
-# and leaves the parameters, and so their gradients, in fp32. The dtypes it produces:
+# `torch.autocast` (the API chapter 8 uses) is a different scheme: it runs eligible operations (such
+# as `Linear`'s matmul) in 16 bits and leaves the parameters, and so their gradients, in fp32. The
+# dtypes it produces:
 
 # %% tags=["nbval-check-output"]
 auto = seeded(MLP, 0, 256, [512, 512], 10)
@@ -245,7 +246,7 @@ calculator()
 # `world` data-parallel devices, plain DDP (`stage=0`) or ZeRO stage 1, 2 or 3. `bytes_per_param` is
 # the table measured above, e.g. `mem.bytes_per_param("mixed", "adam")`. Return a dict with the keys
 # `"weights"`, `"gradients"`, `"optimizer"`. The checker compares your function with the calculator
-# for two model sizes, both precisions, three optimizers, 1–8 devices and every stage, and with the
+# for two model sizes, both precisions, three optimizers, 1, 2, 4 and 8 devices and every stage, and with the
 # bytes a real model and `torch.optim.Adam` hold after one step.
 
 # %%
@@ -290,7 +291,7 @@ print(check_zero_memory(zero_memory))
 # pipeline holds no replica and averages no gradient. Section 3.5 measures the difference.
 # </details>
 #
-# The rest of this section runs one small MLP (4 `Linear` layers, 32 samples) each way on 4 real ranks.
+# The rest of this section runs small MLPs on the same 32 samples, each way on 4 real ranks.
 
 # %% [markdown] id="md-01-13"
 # ### 3.1 Data parallelism: split the samples
@@ -374,7 +375,7 @@ ownership_picture("tensor parallel", units, 32, "hidden unit",
 plt.show()
 
 # %% [markdown] id="md-01-12"
-# The course's program `disttutor.programs.parallelism` runs the same model each of the four ways
+# The course's program `disttutor.programs.parallelism` runs all four splits of the table above
 # under `torchrun`, every rank reporting what it held; the command is printed below. All four modes
 # run in one job, one after the other, to pay the start-up cost once.
 
@@ -535,7 +536,7 @@ reveal("1.q1", my_prediction, measured, rel_tol=0.05,  # 5 %: 8 bytes and the fe
 answer("1.q2")
 
 # %% [markdown] id="md-01-22" tags=["question"]
-# **Question 1.3.** The article calls pipeline parallelism "a mix of data and model parallelism". Why is that wrong, in terms of what the table in section 3 measured?
+# **Question 1.3.** The article calls pipeline parallelism "a mix of data and model parallelism". Why is that wrong, in terms of what the table in section 3.5 measured?
 
 # %%
 answer("1.q3")
