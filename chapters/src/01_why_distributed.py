@@ -3,20 +3,17 @@
 #
 # *Source: §1–§2 of the article "PyTorch distributed training: from beginner to master".*
 #
-# A model stops fitting on one device long before it stops being useful, and a dataset that takes
-# a month on one device takes days on dozens. This chapter answers two questions with measurements
-# instead of slogans:
+# Training leaves one device for two reasons: its state no longer fits in the device's memory, or the
+# run takes too long. This chapter answers two questions with measurements:
 #
-# 1. **How much memory does training need?** We state the formulas (weights, gradients, optimizer
-#    states, activations), check them against real tensors, and turn them into an interactive
-#    calculator that shows what data parallelism, ZeRO/FSDP sharding, tensor and pipeline
-#    parallelism each save.
-# 2. **What does each kind of parallelism split?** We run one tiny model four ways on four real
-#    processes (data, tensor, layer, pipeline) and let every rank report what it holds.
+# 1. **How much memory does training need?** The formulas (weights, gradients, optimizer states,
+#    activations), checked against real tensors, then a calculator of what data parallelism,
+#    ZeRO/FSDP sharding, tensor and pipeline parallelism each save.
+# 2. **What does each kind of parallelism split?** One tiny model, run four ways (data, tensor, layer,
+#    pipeline) on four real processes, each rank reporting what it holds.
 #
-# Along the way we correct the article where it is wrong — most importantly its definition of
-# pipeline parallelism — and end with its list of challenges, each linked to the chapter that
-# handles it.
+# A box corrects the article's definition of pipeline parallelism. The chapter ends with the article's
+# list of challenges, each linked to the chapter that handles it.
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
@@ -31,16 +28,13 @@ disttutor.course.chapters.header(1)
 # * name the challenges of distributed training and the chapter that handles each.
 
 # %%
+import math
+
 import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
 import disttutor
-from disttutor.checks.claims.ch01 import (check_autocast, check_calculator, check_data_parallel, check_layer_parallel,
-                                          check_mixed_precision, check_opposites, check_pipeline, check_state_bytes,
-                                          check_tensor_parallel, check_transformer_layer)
-from disttutor.course.source import show_code
-from disttutor.launcher.results import format_table
 from disttutor.sharding import memory as mem
 from disttutor.workloads.data import regression
 from disttutor.workloads.models import MLP, seeded
@@ -72,21 +66,15 @@ print("torch", torch.__version__)
 # | mixed (fp16/bf16 + fp32 master) | Adam | 2 | 2 | 12 (master 4 + 8) | **16** |
 #
 # Adam costs 16 bytes per parameter *either way*: mixed precision saves activation memory and
-# time, not optimizer memory. `disttutor.sharding.memory.bytes_per_param` holds this table; the next cell
-# checks it against the tensors PyTorch really allocates for a small model.
+# time, not optimizer memory. `disttutor.sharding.memory.bytes_per_param` holds this table; the next cells
+# check it against the tensors PyTorch really allocates for a small model.
 
-# %%
+# %% tags=["nbval-check-output"]
 model = seeded(MLP, 0, 256, [512, 512], 10)
 x, target = torch.randn(64, 256), torch.randn(64, 10)
 P = sum(p.numel() for p in model.parameters())
-
-
-def one_step(model, opt):
-    """One training step, so gradients and (lazily created) optimizer states exist."""
-    opt.zero_grad()
-    nn.functional.mse_loss(model(x), target).backward()
-    opt.step()
-
+n_tensors = len(list(model.parameters()))
+print(f"MLP: {P:,} parameters in {n_tensors} tensors; bytes per parameter after one step:")
 
 measured = {}
 for name, make_opt in [("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1)),
@@ -94,22 +82,21 @@ for name, make_opt in [("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1)),
                        ("adam", lambda ps: torch.optim.Adam(ps, lr=1e-3))]:
     m = seeded(MLP, 0, 256, [512, 512], 10)
     opt = make_opt(m.parameters())
-    one_step(m, opt)
-    measured[name] = mem.measured_state_bytes(m, opt)
+    nn.functional.mse_loss(m(x), target).backward()
+    opt.step()  # optimizer states are created lazily, at the first step
+    got = measured[name] = mem.measured_state_bytes(m, opt)
+    print(f"  {name:9s} weights {got['weights'] / P:g}  gradients {got['gradients'] / P:g}  "
+          f"optimizer {got['optimizer'] / P:g}  (+ {got['step_counters']} B of step counters)")
 
-rows = [{"optimizer": name, **{f"{k} B/param": got[k] / P for k in ("weights", "gradients", "optimizer")},
-         "step counters (B)": got["step_counters"]} for name, got in measured.items()]
-n_tensors = len(list(model.parameters()))
-print(f"MLP with {P:,} parameters in {n_tensors} tensors; measured bytes per parameter:")
-print(format_table(rows))
-print(check_state_bytes(measured, P, n_tensors))
+# %% tags=["proof", "nbval-check-output"]
+from disttutor.checks.claims import ch01
+
+print(ch01.check_state_bytes(measured, P, n_tensors))
 
 # %% [markdown] id="md-01-04"
-# The measured numbers are exactly the table's fp32 rows (the check above). The mixed-precision
-# row needs a second copy of the weights: there is no built-in "master weights" optimizer in
-# PyTorch, so let us build the scheme by hand — 16-bit model, fp32 master copy, Adam on the master —
-# and measure it too. We also check what `torch.autocast` (the API chapter 8 uses) does: it keeps
-# the parameters **and their gradients** in fp32 and only runs the operations in 16 bits.
+# Those are the table's fp32 rows, to the byte; Adam's `step` counter is one scalar per tensor, not
+# per parameter. The mixed row needs a second, fp32 copy of the weights. The next cell builds that
+# scheme by hand — a bf16 model, an fp32 master copy, Adam on the master — and measures it.
 
 # %% tags=["nbval-check-output"]
 half = seeded(MLP, 0, 256, [512, 512], 10).to(torch.bfloat16)
@@ -123,13 +110,25 @@ mixed = mem.measured_state_bytes(half)  # 16-bit weights and gradients
 mixed["optimizer"] = (sum(p.numel() * p.element_size() for p in master)  # the fp32 master copy
                       + sum(t.numel() * t.element_size() for st in opt.state.values()
                             for k, t in st.items() if k != "step"))  # Adam's exp_avg, exp_avg_sq
-print(check_mixed_precision(mixed, P))
+print("bf16 + fp32 master + Adam, bytes per parameter:", {k: mixed[k] // P for k in ("weights", "gradients", "optimizer")})
 
+# %% tags=["proof", "nbval-check-output"]
+print(ch01.check_mixed_precision(mixed, P))
+
+# %% [markdown] id="md-01-23"
+# `torch.autocast` (the API chapter 8 uses) is a different scheme: it runs eligible operations (such
+# as `Linear`'s matmul) in 16 bits and leaves the parameters, and so their gradients, in fp32. The
+# dtypes it produces:
+
+# %% tags=["nbval-check-output"]
 auto = seeded(MLP, 0, 256, [512, 512], 10)
 with torch.autocast("cpu", dtype=torch.bfloat16):
     y = auto(x)
 nn.functional.mse_loss(y.float(), target).backward()
-print(check_autocast(y, auto))
+print("output", y.dtype, "| weight", auto[0].weight.dtype, "| gradient", auto[0].weight.grad.dtype)
+
+# %% tags=["proof", "nbval-check-output"]
+print(ch01.check_autocast(y, auto))
 
 # %% [markdown] id="md-01-05"
 # ### Activations
@@ -143,12 +142,17 @@ print(check_autocast(y, auto))
 # `batch × (d_in + Σ hidden)` numbers:
 
 # %% tags=["nbval-check-output"]
+saved = {}
 for batch in (16, 64):
     xb = torch.randn(batch, 256)
     got = mem.saved_activation_bytes(lambda: model(xb).sum(), params=model.parameters())
-    want = mem.mlp_activation_bytes(batch, 256, [512, 512], elem_bytes=4)
-    assert got == want, (got, want)
-    print(f"batch {batch:3d}: autograd saved {got:,} bytes = formula {want:,}")
+    want = mem.mlp_activation_bytes(batch, 256, [512, 512], elem_bytes=4)  # batch x (256 + 512 + 512) x 4 B
+    saved[batch] = (got, want)
+    print(f"batch {batch:3d}: autograd saved {got:,} bytes; the formula says {want:,}")
+
+# %% tags=["proof", "nbval-check-output"]
+assert all(got == want for got, want in saved.values()), saved  # integers: exact
+print("✓ autograd saved exactly batch × (d_in + Σ hidden) × 4 bytes, at batch 16 and 64")
 
 # %% [markdown] id="md-01-06"
 # For a Transformer layer we use the estimate of Korthikanti et al. (2022), written for `e`-byte
@@ -162,7 +166,7 @@ for batch in (16, 64):
 # `s × s` scores at all. So let us see how close it comes for PyTorch's own
 # `nn.TransformerEncoderLayer` — and check our parameter formula `12h² + 13h` per layer on the way.
 
-# %%
+# %% tags=["nbval-check-output"]
 h, a, s, b = 64, 4, 32, 2
 layer = seeded(nn.TransformerEncoderLayer, 0, h, a, 4 * h, dropout=0.1, batch_first=True)
 n_layer = sum(p.numel() for p in layer.parameters())  # 12h^2 + 13h: the per-block term of mem.transformer_params
@@ -170,27 +174,28 @@ xs = torch.randn(b, s, h)
 got = mem.saved_activation_bytes(lambda: layer(xs), params=layer.parameters())
 est = mem.activation_bytes_per_layer(s, b, h, a, elem_bytes=4)
 ratio = got / est
-print(f"layer parameters {n_layer:,} = 12h^2 + 13h;  activations: measured {got:,} B, estimate {est:,.0f} B, "
-      f"ratio {ratio:.2f}")
-print(check_transformer_layer(n_layer, h, ratio))
+print(f"parameters {n_layer:,} (12h² + 13h = {12 * h * h + 13 * h:,})")
+print(f"activations: measured {got:,} B, estimate {est:,.0f} B, ratio {ratio:.2f}")
+
+# %% tags=["proof", "nbval-check-output"]
+print(ch01.check_transformer_layer(n_layer, h, ratio))
 
 # %% [markdown] id="md-01-07"
-# PyTorch eager mode saves somewhat *more* than the estimate (the printed ratio), because it keeps
-# a few extra tensors the estimate does not count. Good enough to size a job — and a reminder that
-# an activation estimate is only ever an estimate; measure your own model (chapter 9 profiles every
-# rank with `profile_memory=True` and prints the peak memory each rank's profiler saw; on a GPU,
+# PyTorch eager saved more than the estimate (the ratio printed above): the estimate counts the
+# tensors of Megatron-LM's layer, not of this one. Good enough to size a job; to be sure, measure your
+# own model (chapter 9 reads each rank's peak memory from the profiler; on a GPU,
 # `torch.cuda.memory_summary()` gives the CUDA allocator's account).
 #
 # ## 2. The memory calculator
 #
 # `disttutor.sharding.memory.per_device` turns the formulas into bytes per device for a GPT-style model
-# (parameters `12Lh² + 13Lh + (V + s)h`), and says how each strategy on `N` devices changes each part:
+# (parameters `12Lh² + 13Lh + (V + s)h + 2h`), and says how each strategy on `N` devices changes each part:
 #
 # * **data parallel (DP)**: every device keeps a full copy of the weights, gradients and optimizer
 #   states; only the batch is split, so only activations shrink.
-# * **ZeRO-1 / -2 / -3** (FSDP's `fully_shard` is ZeRO-3): shard the optimizer states / + gradients
-#   / + weights over the `N` data-parallel replicas (`÷ N`), gathering weights layer by layer when
-#   needed (that transient buffer is ignored here).
+# * **ZeRO-1 / -2 / -3** (FSDP's `fully_shard` is ZeRO-3 by default): shard the optimizer states / +
+#   gradients / + weights over the `N` data-parallel replicas (`÷ N`), gathering weights layer by
+#   layer when needed (that transient buffer is ignored here).
 # * **tensor parallel**: each layer's matrices split `N` ways: model states `÷ N`, most activations
 #   `÷ N`, but every device still sees the whole batch.
 # * **pipeline parallel**: each device holds `L/N` layers: model states `÷ N`; we assume the GPipe
@@ -201,26 +206,29 @@ print(check_transformer_layer(n_layer, h, ratio))
 # %% tags=["nbval-check-output"]
 rows, fig = calculator_view("GPT 7B-like (32 x 4096)", batch=32, seq=1024, precision="mixed", optimizer="adam", n=8)
 plt.show()
-print(format_table(rows))
+print("GiB per device:")
+for r in rows:
+    print(f"  {r['strategy']:15s}", "  ".join(f"{k} {r[k]:.1f}" for k in ("weights", "gradients", "optimizer",
+                                                                         "activations", "total")))
+
+# %% tags=["proof", "nbval-check-output"]
 cfg = mem.TrainingSetup(layers=32, hidden=4096, heads=32, seq=1024, batch=32)
-print()
-print(check_calculator(rows, cfg.params, n=8, device_gib=80))
+print(ch01.check_calculator(rows, cfg.params, n=8, device_gib=80))
 
 # %% [markdown] id="md-01-08"
-# Read the bars: plain data parallelism (`DP x8`) leaves every device with the *same* 100 GiB of
-# weights, gradients and Adam states it had alone — it buys speed, not room. ZeRO/FSDP removes that
-# redundancy; tensor and pipeline parallelism remove it by splitting the model itself (tensor
-# parallelism keeps the whole batch per device, hence its larger activations).
+# Read the bars: plain data parallelism (`DP x8`) leaves every device with the same weights, gradients
+# and Adam states as one device alone — it buys speed, not room. ZeRO/FSDP removes that redundancy;
+# tensor and pipeline parallelism split the model itself (tensor parallelism keeps the whole batch on
+# every device, hence its larger activations).
 #
 # The article's §2.1 motivates all this with models grown "from millions to hundreds of billions or
-# even trillions of parameters (GPT-3, PaLM, ...)". GPT-3 has 175 billion (its published count; the
-# article gives none). Its model states alone, before a single activation:
+# even trillions of parameters (GPT-3, PaLM, ...)". GPT-3 has 175 billion (*reported*: Brown et al.
+# 2020; the article gives no count). Its model states alone, before a single activation (*derived*):
 
 # %% tags=["nbval-check-output"]
-gpt3 = 175e9  # the published parameter count (an input, not a result)
+gpt3 = 175e9  # reported: Brown et al. 2020 (an input, not a result)
 gib = gpt3 * sum(mem.bytes_per_param("mixed", "adam").values()) / mem.GIB
-print(f"GPT-3 model states: {gib:,.0f} GiB -> at least {gib / 80:.0f} devices of 80 GiB, even fully sharded")
-assert gib / 80 > 30
+print(f"GPT-3 model states: {gib:,.0f} GiB -> at least {math.ceil(gib / 80)} devices of 80 GiB, even fully sharded")
 
 # %% [markdown] id="md-01-09"
 # Now try it yourself: change the model, the batch, the sequence length, the precision, the
@@ -238,7 +246,7 @@ calculator()
 # `world` data-parallel devices, plain DDP (`stage=0`) or ZeRO stage 1, 2 or 3. `bytes_per_param` is
 # the table measured above, e.g. `mem.bytes_per_param("mixed", "adam")`. Return a dict with the keys
 # `"weights"`, `"gradients"`, `"optimizer"`. The checker compares your function with the calculator
-# for two model sizes, both precisions, three optimizers, 1–8 devices and every stage, and with the
+# for two model sizes, both precisions, three optimizers, 1, 2, 4 and 8 devices and every stage, and with the
 # bytes a real model and `torch.optim.Adam` hold after one step.
 
 # %%
@@ -262,15 +270,6 @@ print(check_zero_memory(zero_memory))
 # %% [markdown] id="md-01-11"
 # ## 3. What each kind of parallelism splits
 #
-# The article (§2.1) lists three ways to spread training over devices:
-#
-# > 1. data parallelism: split the data over the devices, each device processes a part of the data
-# > 2. model parallelism: split the model over the devices, each device processes a part of the model
-# > 3. pipeline parallelism: *combines data parallelism and model parallelism* for more efficient training
-#
-# The first two are right but "model parallelism" hides two very different things, and the third is
-# **wrong**. The precise picture:
-#
 # | strategy | each device holds | each device sees | communication |
 # |---|---|---|---|
 # | data parallel | the whole model | 1/N of the samples | all-reduce of gradients |
@@ -280,83 +279,117 @@ print(check_zero_memory(zero_memory))
 #
 # Pipeline parallelism is layer-wise model parallelism **plus micro-batching**: the batch is cut into
 # micro-batches so that stage 1 works on micro-batch 0 while stage 0 already works on micro-batch 1.
-# No weight is replicated and no gradient is averaged — there is nothing data-parallel about it.
-# (Combining data parallelism with pipeline/model parallelism is *hybrid* or "3D" parallelism, the
-# article's §7.1, chapter 7.)
+# No weight is replicated and no gradient is averaged. Combining data parallelism with pipeline or
+# model parallelism is *hybrid* or "3D" parallelism (the article's §7.1, chapter 7).
 #
-# `disttutor/programs/parallelism.py` runs one small MLP (4 `Linear` layers, 32 samples) each way on
-# real ranks. Each mode alone is `launch("parallelism", nproc=4, args={"mode": "pipeline"})`; here we
-# run all four in one job (each rank runs them one after the other) to pay the start-up cost once.
-# The ownership pictures below are drawn by `ownership_picture` in `disttutor/viz/parallelism.py`.
-# Two of the modes, read from the installed program — data parallelism (each rank its own samples,
-# then `average_gradients`: one `dist.all_reduce` per gradient, divided by the world size):
-
-# %%
-show_code("disttutor.programs.parallelism", "data")
-
-# %%
-show_code("disttutor.programs.parallelism", "average")
-
-# %% [markdown] id="md-01-12"
-# and tensor parallelism (each rank its slice of the hidden units; one all-reduce adds the partial
-# outputs of the second layer):
-
-# %%
-show_code("disttutor.programs.parallelism", "tensor")
-
-# %%
-res = disttutor.launch("parallelism", nproc=4, args={"mode": "all"}, stream=False, timeout=120)
-print(res)
-W = res.world_size
-X, Y = regression(n=32, d_in=16, d_out=4, seed=0).tensors  # the same data the ranks generated
-
-
-def view(mode, *keys):
-    """A rank-sorted table of what each rank reported for one mode."""
-    return format_table([{"rank": r, **{k: res.results[r][mode][k] for k in keys}} for r in range(W)])
-
+# <details><summary><b>The article says</b> pipeline parallelism "combines data parallelism and model
+# parallelism"</summary>
+#
+# Its §2.1 lists data parallelism (split the data), model parallelism (split the model) and pipeline
+# parallelism, which "combines data parallelism and model parallelism for more efficient training".
+# Today: "model parallelism" covers two different splits (the table's tensor and layer rows), and a
+# pipeline holds no replica and averages no gradient. Section 3.5 measures the difference.
+# </details>
+#
+# The rest of this section runs small MLPs on the same 32 samples, each way on 4 real ranks.
 
 # %% [markdown] id="md-01-13"
 # ### 3.1 Data parallelism: split the samples
 #
-# Every rank builds the whole model; `torch.utils.data.DistributedSampler` gives rank `r` the
-# samples `r, r+N, r+2N, ...`; each computes the mean loss over *its* samples and the gradients are
-# averaged with an all-reduce. Because the shards are the same size, the average of the shard means
-# is the mean over all samples: every rank must end up with exactly the full-batch gradient.
-
-# %% tags=["nbval-check-output"]
-print(view("data", "samples", "params_held"))
-samples = [res.results[r]["data"]["samples"] for r in range(W)]
-ref = seeded(MLP, 0, 16, [32, 32, 32], 4)  # one process, the whole batch
-nn.functional.mse_loss(ref(X), Y).backward()
-g_ref = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
-print(check_data_parallel(samples, [res.results[r]["data"]["grad"] for r in range(W)], g_ref, n_samples=32))
+# Every rank builds the whole model and takes the samples `r, r+N, r+2N, ...` (what
+# `torch.utils.data.DistributedSampler` hands rank `r` without shuffling). Each computes the mean loss
+# over *its* samples; an all-reduce then averages the gradients. The shards are the same size, so the
+# average of the shard means is the mean over all samples: every rank should end with the full-batch
+# gradient. Four live ranks (`%ranks`, chapter 0) run it as a learner would write it:
 
 # %%
-ownership_picture("data parallel", samples, 32, "sample index",
+%load_ext disttutor
+%ranks start -n 4
+
+# %%
+%%ranks
+from disttutor.workloads.data import regression
+from disttutor.workloads.models import MLP, seeded
+
+X, Y = regression(n=32, d_in=16, d_out=4, seed=0).tensors  # the same 32 samples on every rank
+model = seeded(MLP, 0, 16, [32, 32, 32], 4)                 # the same weights on every rank
+mine = list(range(rank, 32, world_size))                    # my samples: r, r+N, r+2N, ...
+nn.functional.mse_loss(model(X[mine]), Y[mine]).backward()  # the mean over MY samples
+for p in model.parameters():
+    dist.all_reduce(p.grad)                                 # the sum over the ranks ...
+    p.grad /= world_size                                    # ... / N: the mean over ALL samples
+grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+print(f"rank {rank}: samples {mine}")
+
+# %%
+%ranks pull mine
+%ranks pull grad
+
+# %% tags=["proof", "nbval-check-output"]
+X, Y = regression(n=32, d_in=16, d_out=4, seed=0).tensors  # the same data, in this one process
+ref = seeded(MLP, 0, 16, [32, 32, 32], 4)  # the whole model, the whole batch
+nn.functional.mse_loss(ref(X), Y).backward()
+g_ref = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])
+print(ch01.check_data_parallel(mine, grad, g_ref, n_samples=32))
+
+# %%
+ownership_picture("data parallel", mine, 32, "sample index",
                   "each rank processes 1/N of the samples (and holds all layers)")
 plt.show()
 
 # %% [markdown] id="md-01-14"
 # ### 3.2 Tensor (intra-layer) parallelism: split every layer
 #
-# The Megatron-LM MLP block `Linear(16→32) → ReLU → Linear(32→4)`: rank `r` keeps 8 of the 32 hidden
-# units — 8 rows of the first weight and the matching 8 columns of the second. The first layer needs
-# no communication (ReLU is elementwise); the second produces a *partial sum* over each rank's hidden
-# units, and one all-reduce adds the four parts. The bias of the last layer is added once, after it.
+# Megatron-LM's split of the MLP block `Linear(16→32) → ReLU → Linear(32→4)`: rank `r` keeps 8 of the
+# 32 hidden units — 8 rows of the first weight and the matching 8 columns of the second. The first
+# layer needs no communication (ReLU is elementwise); the second produces a *partial sum* over each
+# rank's hidden units, and one all-reduce adds the four parts. The last bias is added once, after it.
 
-# %% tags=["nbval-check-output"]
-print(view("tensor", "hidden_units", "params_held"))
-units = [res.results[r]["tensor"]["hidden_units"] for r in range(W)]
+# %%
+%%ranks
+block = seeded(MLP, 0, 16, [32], 4)                 # Linear(16→32) → ReLU → Linear(32→4), the same everywhere
+fc1, fc2 = block[0], block[2]
+k = 32 // world_size
+units = list(range(k * rank, k * (rank + 1)))       # my hidden units
+with torch.no_grad():
+    hid = torch.relu(X @ fc1.weight[units].T + fc1.bias[units])  # my rows of W1: no communication
+    out = hid @ fc2.weight[:, units].T              # my columns of W2: a partial sum
+    dist.all_reduce(out)                            # add the N partial sums
+    out += fc2.bias                                 # the bias once, after the sum
+print(f"rank {rank}: hidden units {units[0]}-{units[-1]}, output {tuple(out.shape)}")
+
+# %%
+%ranks pull units
+%ranks pull out
+%ranks stop
+
+# %% tags=["proof", "nbval-check-output"]
 ref_t = seeded(MLP, 0, 16, [32], 4)  # the unsplit block, in one process
 with torch.no_grad():
     want_t = ref_t(X)
-print(check_tensor_parallel(units, [res.results[r]["tensor"]["out"] for r in range(W)], want_t, n_units=32))
+print(ch01.check_tensor_parallel(units, out, want_t, n_units=32))
 
 # %%
 ownership_picture("tensor parallel", units, 32, "hidden unit",
                   "each rank holds 1/N of every layer (and sees all samples)")
 plt.show()
+
+# %% [markdown] id="md-01-12"
+# The course's program `disttutor.programs.parallelism` runs all four splits of the table above
+# under `torchrun`, every rank reporting what it held; the command is printed below. All four modes
+# run in one job, one after the other, to pay the start-up cost once.
+
+# %%
+res = disttutor.launch("parallelism", nproc=4, args={"mode": "all"}, stream=False, timeout=120)
+print(res.command)
+W = res.world_size
+
+
+def view(mode, *keys):
+    """What each rank reported for one mode, one line a rank."""
+    for r in range(W):
+        print(f"rank {r}:", "  ".join(f"{k} {res.results[r][mode][k]}" for k in keys))
+
 
 # %% [markdown] id="md-01-15"
 # ### 3.3 Layer-wise model parallelism: split the layers
@@ -367,12 +400,14 @@ plt.show()
 # both its own previous tick and the tick of the activation it received):
 
 # %% tags=["nbval-check-output"]
-print(view("layer", "layers", "params_held", "ticks"))
+view("layer", "layers", "params_held", "ticks")
+
+# %% tags=["proof", "nbval-check-output"]
 layers = [res.results[r]["layer"]["layers"] for r in range(W)]
 with torch.no_grad():
     want_l = ref(X)  # the whole model, in one process
 ticks = [res.results[r]["layer"]["ticks"] for r in range(W)]
-print(check_layer_parallel(layers, res.results[W - 1]["layer"]["out"], want_l, ticks, n_modules=7))  # 4 Linear + 3 ReLU
+print(ch01.check_layer_parallel(layers, res.results[W - 1]["layer"]["out"], want_l, ticks, n_modules=7))  # 4 Linear + 3 ReLU
 
 # %%
 ownership_picture("layer model parallel", layers, 7, "module of the Sequential (even = Linear, odd = ReLU)",
@@ -380,10 +415,9 @@ ownership_picture("layer model parallel", layers, 7, "module of the Sequential (
 plt.show()
 
 # %% [markdown] id="md-01-16"
-# The model is split — each rank holds about a quarter of it — but only one rank works at a time:
-# with `N` devices you get `1/N` utilisation. Note too that the split is **unbalanced**
-# (`params_held`): the middle layers are 32×32, the first 16×32 and the last 32×4. Balancing stages
-# is a real problem of model and pipeline parallelism (chapter 7).
+# The model is split, but only one rank works at a time: with `N` devices, `1/N` utilisation. The
+# split is also **unbalanced** (`params_held`): the middle layers are 32×32, the first 16×32 and the
+# last 32×4. Balancing stages is a real problem of model and pipeline parallelism (chapter 7).
 #
 # ### 3.4 Pipeline parallelism: the same split, plus micro-batches
 #
@@ -391,9 +425,11 @@ plt.show()
 # Rank 0 sends micro-batch 0 on and immediately starts micro-batch 1, so the stages overlap:
 
 # %% tags=["nbval-check-output"]
-print(view("pipeline", "layers", "micro_batches", "ticks"))
+view("pipeline", "layers", "micro_batches", "ticks")
+
+# %% tags=["proof", "nbval-check-output"]
 pl = [res.results[r]["pipeline"] for r in range(W)]
-print(check_pipeline(pl, layers, want_l, M=4))
+print(ch01.check_pipeline(pl, layers, want_l, M=4))
 
 # %%
 n_ticks_p = max(max(p["ticks"]) for p in pl) + 1
@@ -409,15 +445,20 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown] id="md-01-17"
-# The staircase is the article's §7.2 timeline, measured. Two more corrections to that section:
-# the pieces flowing through the pipeline are **micro-batches of one batch**, not "different
-# batches" — the optimizer steps only after all micro-batches have gone forward *and backward*, so
-# the result equals training on the whole batch (chapter 7 builds the backward half and the 1F1B
-# schedule). And more micro-batches shrink the bubble `(N-1)/(M+N-1)` but make each piece of work
-# smaller.
+# The staircase is the article's §7.2 timeline, measured. More micro-batches shrink the bubble
+# `(N-1)/(M+N-1)` but make each piece of work smaller.
 #
-# Finally, the difference between data and pipeline parallelism in one measured table — how many
-# ranks hold each layer, and how many ranks process each sample:
+# <details><summary><b>The article says</b> each pipeline stage processes "different data batches"</summary>
+#
+# Today: the pieces are **micro-batches of one batch**. The optimizer steps only after every
+# micro-batch has gone forward *and* backward, so the step is the whole batch's (chapter 7 builds the
+# backward half and the 1F1B schedule).
+# </details>
+#
+# ### 3.5 Data against pipeline parallelism
+#
+# How many ranks hold each layer, and how many ranks process each sample, in the program's data and
+# pipeline modes:
 
 # %% tags=["nbval-check-output"]
 def copies(held, n):
@@ -425,14 +466,14 @@ def copies(held, n):
     return sorted({sum(i in h_ for h_ in held) for i in range(n)})
 
 
-all_layers = [res.results[r]["data"]["layers"] for r in range(W)]
-table = [
-    {"mode": "data", "ranks holding each layer": copies(all_layers, 7), "ranks processing each sample": copies(samples, 32)},
-    {"mode": "pipeline", "ranks holding each layer": copies(layers, 7),
-     "ranks processing each sample": copies([p["samples"] for p in pl], 32)},
-]
-print(format_table(table))
-print(check_opposites(table, W))
+table = [{"mode": mode, "ranks holding each layer": copies([r[mode]["layers"] for r in res.results], 7),
+          "ranks processing each sample": copies([r[mode]["samples"] for r in res.results], 32)}
+         for mode in ("data", "pipeline")]
+for row in table:
+    print(row)
+
+# %% tags=["proof", "nbval-check-output"]
+print(ch01.check_opposites(table, W))
 
 # %% [markdown] id="md-01-18"
 # Data parallelism replicates the model and splits the samples; pipeline parallelism splits the model
@@ -446,11 +487,11 @@ print(check_opposites(table, W))
 # | **communication overhead** | gradients (DP), activations (tensor, pipeline) cross the network every step; a device waiting for data does no work | the all-reduce in 3.1/3.2, the sends in 3.3/3.4 | [02 process groups & collectives](02_process_groups_collectives.ipynb) (what a collective costs), [04 DDP](04_ddp.ipynb) (bucketing, overlap with backward); [08 performance](08_performance.ipynb) (mixed precision, gradient accumulation, compression hooks, data loading) |
 # | **load balance** | the slowest device sets the pace: unequal stages, unequal data shards, a pipeline's bubble | unbalanced `params_held` in 3.3, the bubble in 3.4 | [04 DDP](04_ddp.ipynb) (equal shards with `DistributedSampler`), [07 pipeline parallel](07_pipeline_parallel.ipynb) (the bubble measured; GPipe vs 1F1B schedules) |
 # | **fault tolerance** | one dead or stuck process stalls every other one at the next collective | — | [00 setup](00_setup.ipynb) (timeouts instead of hangs), [05 multi-node](05_multi_node.ipynb) (torchrun's rendezvous: who joins, who gets which rank); [09 troubleshooting](09_profiling_troubleshooting.ipynb) (common problems, one rank each) and [10 capstone](10_capstone_lm.ipynb) (fault tolerance: kill a rank, checkpoint and resume) |
-# | **implementation complexity** | every strategy above changes the training code | four modes of one program | [04 DDP](04_ddp.ipynb), [06 model parallel / RPC](06_model_parallel_rpc.ipynb), [07 pipeline](07_pipeline_parallel.ipynb); [10 capstone](10_capstone_lm.ipynb) (language-model case study) and [11 beyond DDP](11_beyond_ddp.ipynb) (ZeRO/FSDP, tensor parallelism, outlook) |
+# | **implementation complexity** | every strategy above changes the training code | the same model split four ways | [04 DDP](04_ddp.ipynb), [06 model parallel / RPC](06_model_parallel_rpc.ipynb), [07 pipeline](07_pipeline_parallel.ipynb); [10 capstone](10_capstone_lm.ipynb) (language-model case study), [11 beyond DDP](11_beyond_ddp.ipynb) (ZeRO/FSDP) and [12 tensor, sequence and expert parallelism](12_tensor_sequence_expert.ipynb) |
 #
 # A challenge the article does not list, and the first section of this chapter is about: **memory**.
 # Data parallelism alone does not help with it; sharding (ZeRO/FSDP, [chapter 11](11_beyond_ddp.ipynb)) and model
-# splitting (chapters 6–7) do.
+# splitting (chapters 6, 7 and 12) do.
 
 # %% [markdown] id="md-01-19" tags=["takeaways"]
 # ## Key takeaways
@@ -485,9 +526,8 @@ state = {k: sum(s[k].numel() * s[k].element_size() for s in q1_opt.state.values(
 measured = sum(state.values()) / n_params
 assert state["exp_avg"] == state["exp_avg_sq"] == 4 * n_params  # one fp32 moment of each kind per parameter
 reveal("1.q1", my_prediction, measured, rel_tol=0.05,  # 5 %: 8 bytes and the few step counters count as right
-       explain=f"AdamW keeps two fp32 moments per parameter, `exp_avg` and `exp_avg_sq`: {state['exp_avg'] + state['exp_avg_sq']} bytes "
-       f"for {n_params} parameters, 8 per parameter. The rest, {state['step']} bytes, is one `step` counter per parameter tensor "
-       f"({len(q1_opt.state)} tensors). With the weight (4) and its gradient (4) that is the 16 bytes per parameter of section 1.")
+       explain=f"Two fp32 moments, `exp_avg` and `exp_avg_sq`: {state['exp_avg'] + state['exp_avg_sq']} B for "
+       f"{n_params} parameters, plus one 4-byte `step` per tensor ({len(q1_opt.state)} tensors)")
 
 # %% [markdown] id="md-01-21" tags=["question"]
 # **Question 1.2.** A 7-billion-parameter model, AdamW in fp32, 8 GPUs of 80 GB. How much model-state memory does each GPU need under plain data parallelism, ZeRO-1, ZeRO-2 and ZeRO-3, and which fit?
@@ -496,7 +536,7 @@ reveal("1.q1", my_prediction, measured, rel_tol=0.05,  # 5 %: 8 bytes and the fe
 answer("1.q2")
 
 # %% [markdown] id="md-01-22" tags=["question"]
-# **Question 1.3.** The article calls pipeline parallelism "a mix of data and model parallelism". Why is that wrong, in terms of what the table in section 3 measured?
+# **Question 1.3.** The article calls pipeline parallelism "a mix of data and model parallelism". Why is that wrong, in terms of what the table in section 3.5 measured?
 
 # %%
 answer("1.q3")

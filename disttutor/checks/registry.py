@@ -56,10 +56,10 @@ class Exercise:
 EXERCISES: tuple[Exercise, ...] = (
     Exercise("1.1", 1, "per-device memory under DDP and ZeRO-1/2/3", "zero_memory",
              "disttutor.checks.memory:check_zero_memory", "solutions/ex1_1_zero_memory.py", (
-                 "Plain DP keeps a full copy of everything on every device. ZeRO splits things over the "
-                 "`world` data-parallel devices, one more kind of state per stage.",
-                 "Stage 1 divides the optimizer states by `world`; stage 2 the gradients too; stage 3 the "
-                 "weights too. Each part is `n_params * bytes_per_param[part]`, divided or not."),
+                 "Plain DP keeps everything whole on every device. Each ZeRO stage divides one more kind of "
+                 "state by `world`.",
+                 "Stage 1 divides optimizer states by `world`; stage 2 adds gradients; stage 3 adds weights. "
+                 "Each part is `n_params * bytes_per_param[part]`."),
              difficulty="warm-up", minutes=15),
     Exercise("2.1", 2, "ring all-reduce from send/recv", "ring_all_reduce",
              "disttutor.checks.allreduce:check_ring_allreduce", "solutions/ex2_1_ring_allreduce.py", (

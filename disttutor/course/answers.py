@@ -53,12 +53,11 @@ def _():
 
 @_answer("1.q3")
 def _():
-    return ("Because every sample still passes through **every** rank, and no rank holds a copy of the model. "
-            "Pipeline parallelism is layer-wise model parallelism (each rank owns some layers) whose mini-batch "
-            "is cut into micro-batches only so that the stages work at the same time. Data parallelism is the "
-            "opposite split: each sample visits one rank, every rank holds the whole model. Section 3's table "
-            "measured both: data mode, each layer on all ranks and each sample on one; pipeline mode, each layer "
-            "on one rank and each sample on all. Large jobs *combine* the two (a DP × PP mesh, chapter 7).")
+    return ("Every sample passes through **every** rank, and no rank holds a copy of the model: nothing is "
+            "replicated, no gradient is averaged.\n\n"
+            "Section 3.5 measured it: data mode puts each layer on all ranks and each sample on one; pipeline "
+            "mode the reverse.\n\n"
+            "Large jobs *combine* the two, on a DP × PP mesh (chapter 7).")
 
 
 @_answer("2.q2")
