@@ -1,22 +1,15 @@
 # %% [markdown] id="md-02-01"
 # # Chapter 2 — Process groups, backends, collectives, and an all-reduce lab
 #
-# The article's §3 names the three building blocks of `torch.distributed` in a few lines:
-# a **process group** (the processes that talk to each other), a **backend** (the library that
-# moves the bytes: NCCL, Gloo, MPI) and the training modes built on top. This chapter makes each
-# of them concrete on real processes:
+# Under every distributed training job sit a **process group** (the processes that talk to each
+# other), a **backend** (the library that moves the bytes: NCCL, Gloo, MPI) and the **collectives**
+# the training code calls. This chapter runs each on real processes:
 #
-# 1. **Process groups** — what `torchrun` tells each process, and smaller groups inside the world.
-# 2. **Backends** — which ones *this* torch build contains, detected live, and how the same
-#    program picks NCCL on GPUs and Gloo on CPUs without edits.
-# 3. **Collectives** — every operation later chapters use, each rank's tensor before and after.
-# 4. **All-reduce lab** — all-reduce from scratch with point-to-point messages: naive, tree, and
-#    the ring (Exercise 2.1), checked against `dist.all_reduce`.
-# 5. **Timing** — latency and bus bandwidth of three of them (built-in, naive, ring), with a
-#    latency–bandwidth (α–β) model, then naive and ring on an emulated network link.
-#
-# Every run below is a real `torchrun` job: several processes, a real process group, real
-# messages (Gloo over loopback TCP on a CPU-only machine).
+# 1. **Process groups**: what `torchrun` tells each process; groups inside the world.
+# 2. **Backends**: which ones this torch has; how one program picks NCCL or Gloo.
+# 3. **Collectives**: each rank's tensor before and after each operation.
+# 4. **All-reduce lab**: naive, tree and ring all-reduce from point-to-point messages (Exercise 2.1).
+# 5. **Timing**: the latency–bandwidth (α–β) model, on loopback and on an emulated network link.
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
@@ -31,119 +24,150 @@ disttutor.course.chapters.header(2)
 # * build an all-reduce from point-to-point messages, and estimate a collective's time from latency and bandwidth (α–β).
 
 # %%
+import os
+import tempfile
+
 import matplotlib.pyplot as plt
 import torch
+import torch.distributed as dist
 from IPython.display import display
 
 import disttutor
-from disttutor.checks.claims.ch02 import (check_backends, check_collective, check_cost_model, check_current_names,
-                                          check_deadlock_ended, check_emulated_link, check_live_collectives,
-                                          check_process_groups, check_skipped_new_group, check_sweep,
-                                          check_torchrun_env)
-from disttutor.course.source import show_code
-from disttutor.launcher.results import format_table
-from disttutor.viz.collectives import collective_figure, describe_moves
 
-assert disttutor.resolve_program("process_groups")[0] == "disttutor.programs.process_groups"
-print("torch", torch.__version__)
+WORK = tempfile.mkdtemp(prefix="ch02-")
+os.chdir(WORK)  # the script this chapter writes goes to a scratch folder
+print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores")
 
 # %% [markdown] id="md-02-03"
 # ## 1. Process groups
 #
-# `torchrun` starts one process per device (per *rank*) and gives each one its identity in
-# environment variables. `runtime.setup()` reads them and calls `dist.init_process_group`,
-# which creates the **default group**: all `WORLD_SIZE` processes.
-#
-# | variable | meaning |
-# |---|---|
-# | `RANK` | my number among all processes of the job, `0 .. WORLD_SIZE-1` |
-# | `LOCAL_RANK` | my number on *this machine* — the GPU to use is `cuda:LOCAL_RANK` |
-# | `WORLD_SIZE`, `LOCAL_WORLD_SIZE` | processes in the job / on this machine |
-# | `GROUP_RANK` | which machine (torchrun agent) I am on |
-# | `MASTER_ADDR`, `MASTER_PORT` | where the rendezvous store listens |
-#
-# The program `disttutor/programs/process_groups.py` reports these, then builds subgroups.
-# Two ranks first:
+# A **rank** is one process of the job, numbered `0 .. WORLD_SIZE-1`. `torchrun` starts one per
+# device (usually) and passes each its identity in environment variables; `dist.init_process_group` reads them
+# and creates the **default group** of all ranks. `dist.new_group(ranks)` makes a smaller group, and
+# a collective given `group=` involves only its members.
+
+# %%
+%%writefile groups.py
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+# torchrun set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for this process
+dist.init_process_group("gloo", timeout=timedelta(seconds=60))  # the default group: every rank
+rank, world = dist.get_rank(), dist.get_world_size()
+
+# new_group is itself collective: EVERY rank creates EVERY group, in the same order
+evens = dist.new_group(list(range(0, world, 2)))
+odds = dist.new_group(list(range(1, world, 2)))
+mine = evens if rank % 2 == 0 else odds
+
+x = torch.tensor([rank + 1.0])
+in_group = x.clone()
+dist.all_reduce(in_group, group=mine)  # only my group's members are added
+dist.all_reduce(x)                     # every rank of the world
+print(f"rank {rank} of {world}, LOCAL_RANK {os.environ['LOCAL_RANK']}: rank {dist.get_rank(mine)} "
+      f"in my group, group sum {in_group.item():g}, world sum {x.item():g}")
+dist.destroy_process_group()
+
+# %% [markdown] id="md-02-31"
+# In a terminal you would type the `torchrun` line this cell prints; the cell runs that job on 4 ranks:
 
 # %% tags=["nbval-check-output"]
-pg2 = disttutor.launch("process_groups", nproc=2, stream=False)
-print(pg2.table("rank", "local_rank", "world_size", "world_sum"))
-print(check_process_groups(pg2.results))
+script = disttutor.launch("groups.py", nproc=4, stream=False)
+print(script.command)
+print("\n".join(ln for log in script.logs for ln in log if ln.startswith("rank ")))
+
+# %% tags=["proof", "nbval-check-output"]
+sums = [ln for log in script.logs for ln in log if ln.startswith("rank ")]
+assert len(sums) == 4 and all(f"world sum {1 + 2 + 3 + 4}" in ln for ln in sums), sums
+assert [f"group sum {1 + 3 if r % 2 == 0 else 2 + 4}" in sums[r] for r in range(4)] == [True] * 4, sums
+print("4 ranks: world sum 10 everywhere; group sums 1 + 3 = 4 (even ranks) and 2 + 4 = 6 (odd ranks)")
 
 # %% [markdown] id="md-02-04"
-# Now four. `dist.new_group(ranks)` makes a group of some of the ranks; collectives that get
-# `group=` only involve its members. The program makes the even ranks and the odd ranks into two
-# groups, and uses `dist.new_subgroups(group_size=2)` for consecutive blocks (the shape of "one
-# group per machine"). Each rank contributes `rank + 1`:
+# Rank 3 is rank 1 *inside* the odd group (`dist.get_rank(group)`). The course's program
+# `process_groups` does the same and adds `dist.new_subgroups(group_size=2)`, consecutive blocks of
+# ranks (the shape of "one group per machine"). Each rank contributes `rank + 1`:
 
 # %% tags=["nbval-check-output"]
 pg4 = disttutor.launch("process_groups", nproc=4, stream=False)
+print(pg4.command)
 print(pg4.table("parity_group", "parity_rank", "parity_sum", "block_group", "block_rank", "block_sum",
                 "world_sum"))
+
+# %% tags=["proof", "nbval-check-output"]
+from disttutor.checks.claims.ch02 import (check_backends, check_collective, check_cost_model, check_current_names,
+                                          check_deadlock_ended, check_emulated_link, check_live_collectives,
+                                          check_process_groups, check_skipped_new_group, check_sweep,
+                                          check_torchrun_env)
+
 print(check_process_groups(pg4.results, group_size=2))  # only my group's members were added
 
 # %% [markdown] id="md-02-05"
-# A rank has a *global* rank and a rank *inside each group* (`dist.get_rank(group)`): rank 3 is
-# number 1 of the odd group. One subtlety is worth its comment in the program: **`new_group` is
-# itself collective** — every rank must call it, with the same list, in the same order, even ranks
-# that will not be members. What breaks if one rank skips it? `disttutor/programs/skip_new_group.py`
-# has rank 0 call `new_group([0, 1])` and rank 1 skip it, then all-reduce over the world; each rank
-# prints where it is, and a 10-second collective timeout bounds the wait:
+# What breaks if one rank skips a `new_group`? In the program `skip_new_group`, rank 0 calls
+# `new_group([0, 1])`, rank 1 skips it and goes on to an all-reduce over the world. A 10-second
+# collective timeout (`init_process_group(timeout=...)`) bounds the wait:
 
 # %% tags=["nbval-check-output"]
 skip = disttutor.launch("skip_new_group", nproc=2, args={"skip_rank": 1}, stream=False, check=False,
                         timeout=120, collective_timeout=10)
+print(skip.command)
 where = {r.rank: [ln for ln in r.log if ln.startswith(("entering", "left", "skipping"))] for r in skip.ranks}
 for r in skip.ranks:
-    print(f"rank {r.rank}: {' -> '.join(where[r.rank])} -> {r.status}: {(r.error or '').split(' -- ')[0]}")
+    print(f"rank {r.rank}: {' -> '.join(where[r.rank])} -> {r.status}")
+
+# %% tags=["proof", "nbval-check-output"]
 print(check_skipped_new_group(skip, where, timeout_s=10))
 
 # %% [markdown] id="md-02-06"
-# So nothing "mismatches" quietly: rank 0 waits **inside `new_group`** for rank 1 to join the new
-# group, while rank 1 has moved on and waits in the all-reduce for rank 0. Each waits for the other
-# in a different call — a deadlock that only the collective timeout ends (here after 10 s; the
-# default is many minutes), after which torchrun stops the rank still waiting.
+# Rank 0 waits **inside `new_group`** for rank 1, while rank 1 waits in the all-reduce for rank 0.
+# Only the collective timeout ends this deadlock (10 s here; torch's default for Gloo is 30 minutes); then
+# torchrun stops the rank still waiting.
 #
-# What torchrun set (the values of `MASTER_PORT` and `TORCHELASTIC_RUN_ID` change every launch, so
-# only their names are shown):
+# What torchrun set on each rank (`MASTER_PORT` and `TORCHELASTIC_RUN_ID` change every launch: names only):
 
 # %% tags=["nbval-check-output"]
+from disttutor.launcher.results import format_table
+
 env_rows = [{"rank": r, **{k: v for k, v in rep["env"].items() if k != "MASTER_ADDR"}}
             for r, rep in enumerate(pg4.results)]
 print(format_table(env_rows))
 print("MASTER_ADDR:", pg4.results[0]["env"]["MASTER_ADDR"], "| also set:", ", ".join(pg4.results[0]["varying_env"]))
+
+# %% tags=["proof", "nbval-check-output"]
 print(check_torchrun_env(pg4.results))
 
 # %% [markdown] id="md-02-07"
+# `LOCAL_RANK` is the rank's number on its machine (its GPU is `cuda:LOCAL_RANK`), `GROUP_RANK` the
+# machine's number; on one machine `RANK` equals `LOCAL_RANK`.
+#
 # ## 2. Backends: NCCL, Gloo, MPI
 #
-# The backend is the library under `dist.all_reduce` and friends:
-#
-# * **NCCL** (NVIDIA) — GPU tensors only, uses NVLink / PCIe / InfiniBand directly. The one to use
-#   for training on NVIDIA GPUs.
-# * **Gloo** (Meta) — CPU tensors (and some GPU collectives, slowly), over TCP. Built into every
-#   PyTorch wheel; it is what runs everything in this course on a laptop, and what people use for
-#   CPU-side coordination next to NCCL.
-# * **MPI** — uses the cluster's MPI library. The article lists it as a choice; the true story is
-#   that PyTorch only gets it when *built from source* against an MPI installation — the wheels on
-#   PyPI are built with `USE_MPI=OFF`. Newer names exist too (UCC; XCCL for Intel GPUs).
-#
-# Which ones this torch contains, asked live:
+# The **backend** is the library under `dist.all_reduce` and friends. **NCCL** (NVIDIA) moves GPU
+# tensors over NVLink, PCIe or InfiniBand. **Gloo** moves CPU tensors over TCP; it is in every PyTorch
+# wheel and runs this course on a laptop.
 
 # %%
 import re
 
-import torch.distributed as dist
-
 available = {name: getattr(dist, f"is_{name}_available", lambda: False)() for name in ("gloo", "nccl", "mpi", "ucc", "xccl")}
 build_flags = dict(re.findall(r"USE_(MPI|NCCL|GLOO)=(\w+)", torch.__config__.show()))
-print(format_table([{"backend": k, "built in": v, "build flag": build_flags.get(k.upper(), "-")} for k, v in available.items()]))
+for name, ok in available.items():
+    print(f"{name:5s} available: {str(ok):5s}  build flag: {build_flags.get(name.upper(), '-')}")
+
+# %% tags=["proof"]
 print(check_backends(available, build_flags))
 
 # %% [markdown] id="md-02-08"
-# `runtime.setup()` picks for you: NCCL with `cuda:LOCAL_RANK` when every local rank has its own
-# GPU, otherwise Gloo on CPU. Programs never name a backend, so the same file runs on a laptop and
-# on a GPU node. Here is the choice on this machine, and what the ranks actually used:
+# <details><summary><b>The article says</b> MPI is a third backend to choose, and Gloo serves CPU and GPU alike</summary>
+#
+# Today: PyPI wheels are built with `USE_MPI=OFF` (the flag above); MPI needs a torch built from source
+# against an MPI library. Gloo runs only some collectives on GPU tensors: on GPUs use NCCL.
+# </details>
+#
+# The course's `runtime.setup()` picks NCCL with `cuda:LOCAL_RANK` when every local rank has its own
+# GPU, otherwise Gloo on CPU, so one program runs on a laptop and on a GPU node:
 
 # %%
 from disttutor.rank import runtime
@@ -153,8 +177,6 @@ choice = runtime.pick_backend(None, local_world_size=4, local_rank=0)
 print(f"GPUs: {n_gpu}; runtime picks: {choice[0]} on {choice[1]}")
 print(pg4.table("backend", "device"))
 assert {r["backend"] for r in pg4.results} == {choice[0]}
-if n_gpu < 4:
-    print("No 4 GPUs here: NCCL cannot run, so the ranks above used gloo on CPU. Same code, other backend.")
 
 # %% [markdown] id="md-02-09"
 # Asking for NCCL where it cannot run is a clear error before anything starts (not a hang):
@@ -170,21 +192,20 @@ except ValueError as e:
 # %% [markdown] id="md-02-10"
 # ## 3. The collectives
 #
-# A **collective** is an operation every rank of a group calls; the backend moves the data. The
-# program `disttutor/programs/collectives.py` runs each one once on 4 ranks. Rank `r` starts from
-# `x = [10r+1, 10r+2]` (so you can read off whose data went where). One launch, then, for each
-# collective, the line of the program that calls it, a picture of the data it moved, and a checked
-# table. The pictures are drawn from what the ranks reported, not by hand
-# (`disttutor/viz/collectives.py`): every value a rank holds afterwards is traced back to the rank
-# and position it came from (a copy), or to the position whose sum over all ranks it is (a
-# reduction), and coloured by its source rank. A thick bar separates **chunks**: the pieces of a
-# tensor that move together (here 2 elements). Each result is also checked against the same
-# arithmetic done here in one process with plain torch.
+# A **collective** is an operation every rank of a group calls. The program `collectives` runs each
+# one on 4 ranks; rank `r` starts from `x = [10r+1, 10r+2]`, so you can read off whose data went
+# where. In each picture, drawn from the ranks' reports, a value has the colour of the rank it came
+# from (a sum: a stripe of each rank), and a thick bar separates **chunks** (the pieces of a tensor that move together, here 2 elements).
 
 # %%
-from disttutor.programs.collectives import start
-
 coll = disttutor.launch("collectives", nproc=4, stream=False)
+print(coll.command)
+
+# %% tags=["proof", "nbval-check-output"]
+from disttutor.course.source import show_code
+from disttutor.programs.collectives import start
+from disttutor.viz.collectives import collective_figure, describe_moves
+
 N = coll.world_size
 X = torch.stack([start(r, 2, "cpu") for r in range(N)])           # every rank's x, here in one process
 X_BIG = torch.stack([start(r, 2, "cpu", k=N) for r in range(N)])  # the 8-element inputs
@@ -202,16 +223,20 @@ def picture(op):
     quote = show_code("disttutor.programs.collectives", op)
     display(quote)
     call = next(ln.split("#")[0].strip() for ln in quote.lines if "dist." in ln)
-    fig = collective_figure(op, [rep[op]["before"] for rep in coll.results],
-                            [rep[op]["after"] for rep in coll.results], chunk=2, code=call)
+    collective_figure(op, [rep[op]["before"] for rep in coll.results],
+                      [rep[op]["after"] for rep in coll.results], chunk=2, code=call)
     plt.show()
 
 
-def moves(op):
-    """The picture in words (checked): where each chunk each rank holds afterwards came from."""
-    print("\n".join(describe_moves(op, [rep[op]["before"] for rep in coll.results],
-                                    [rep[op]["after"] for rep in coll.results], chunk=2)))
+def proof(op):
+    """The run against the same arithmetic in one process, and the picture's reading of it (one line)."""
+    moved = describe_moves(op, [rep[op]["before"] for rep in coll.results],
+                           [rep[op]["after"] for rep in coll.results], chunk=2)
+    assert len(moved) == N, moved
+    return check_collective(op, coll.results, X, X_BIG)
 
+
+print(f"{N} ranks reported every collective; the tables below are checked against one-process torch")
 
 # %% [markdown] id="md-02-11"
 # **broadcast** (`src=0`): everybody ends with rank 0's tensor — how DDP makes all replicas start
@@ -222,8 +247,9 @@ picture("broadcast")
 
 # %% tags=["nbval-check-output"]
 show("broadcast")
-moves("broadcast")
-print(check_collective("broadcast", coll.results, X, X_BIG))
+
+# %% tags=["proof", "nbval-check-output"]
+print(proof("broadcast"))
 
 # %% [markdown] id="md-02-12"
 # **reduce** (`dst=0`): the sum arrives on rank 0 only; the other ranks' buffers are *unspecified*
@@ -234,8 +260,9 @@ picture("reduce")
 
 # %% tags=["nbval-check-output"]
 show("reduce")
-moves("reduce")
-print(check_collective("reduce", coll.results, X, X_BIG))
+
+# %% tags=["proof", "nbval-check-output"]
+print(proof("reduce"))
 
 # %% [markdown] id="md-02-13"
 # **all_reduce**: the sum on every rank — the collective of data parallelism (averaging gradients).
@@ -245,8 +272,9 @@ picture("all_reduce")
 
 # %% tags=["nbval-check-output"]
 show("all_reduce")
-moves("all_reduce")
-print(check_collective("all_reduce", coll.results, X, X_BIG))
+
+# %% tags=["proof", "nbval-check-output"]
+print(proof("all_reduce"))
 
 # %% [markdown] id="md-02-14"
 # **all_gather** (`all_gather_single`): everybody gets everybody's tensor, in rank order — how
@@ -257,25 +285,23 @@ picture("all_gather")
 
 # %% tags=["nbval-check-output"]
 show("all_gather")
-moves("all_gather")
-print(check_collective("all_gather", coll.results, X, X_BIG))
+
+# %% tags=["proof", "nbval-check-output"]
+print(proof("all_gather"))
 
 # %% [markdown] id="md-02-15"
 # **reduce_scatter** (`reduce_scatter_single`): each rank has `N` chunks; chunk `i` of the *sum*
-# lands on rank `i`. It is the first half of a ring all-reduce, and the heart of FSDP/ZeRO (each rank
-# keeps only its shard of the gradients). Older Gloo builds lacked it, so the program asks the backend
-# live and also computes the equivalent every backend has: all-reduce, then keep your own slice (which
-# moves twice the data).
+# lands on rank `i`. It is the first half of a ring all-reduce, and how FSDP keeps only its shard of
+# the gradients; an all-reduce, then keeping your slice, gives the same at twice the traffic.
 
 # %%
 picture("reduce_scatter")
 
 # %% tags=["nbval-check-output"]
 show("reduce_scatter")
-moves("reduce_scatter")
-native = coll.results[0]["reduce_scatter"]["native"]
-print(f"{coll.results[0]['backend']} implements reduce_scatter natively: {native}")
-print(check_collective("reduce_scatter", coll.results, X, X_BIG))
+
+# %% tags=["proof", "nbval-check-output"]
+print(proof("reduce_scatter"))
 
 # %% [markdown] id="md-02-16"
 # **gather** / **scatter** (`dst=0` / `src=0`): like all_gather, but only rank 0 receives; and the
@@ -287,34 +313,31 @@ picture("scatter")
 
 # %% tags=["nbval-check-output"]
 show("gather")
-moves("gather")
 show("scatter")
-moves("scatter")
-print(check_collective("gather", coll.results, X, X_BIG))
-print(check_collective("scatter", coll.results, X, X_BIG))
+
+# %% tags=["proof", "nbval-check-output"]
+print(proof("gather"), "|", proof("scatter"))
 
 # %% [markdown] id="md-02-17"
 # **all_to_all** (`all_to_all_single`): every rank has `N` chunks, chunk `j` addressed to rank `j`;
-# afterwards rank `i` holds chunk `i` of every rank, in rank order — a transpose of the
-# ranks × chunks grid. It is how expert parallelism sends each token to the rank holding its expert
-# and back (chapter 12), and how sequence-sharded attention regroups heads.
+# afterwards rank `i` holds chunk `i` of every rank, in rank order: a transpose of the ranks × chunks
+# grid. Expert parallelism sends tokens to their experts' ranks with it (chapter 12).
 
 # %%
 picture("all_to_all")
 
 # %% tags=["nbval-check-output"]
 show("all_to_all")
-moves("all_to_all")
-print(check_collective("all_to_all", coll.results, X, X_BIG))
+
+# %% tags=["proof", "nbval-check-output"]
+print(proof("all_to_all"))
 
 # %% [markdown] id="md-02-18"
-# ### The names torch 2.13 recommends, and the ones you will meet in older code
+# ### Current names and older ones
 #
-# The calls above are the current spellings. PyTorch 2.13 marks two older names of the same
-# operations as deprecated — `all_gather_into_tensor` and `reduce_scatter_tensor`, which most code
-# written for PyTorch 1.13–2.x uses (FSDP and ZeRO implementations, Megatron-style tensor
-# parallelism) — and the private `_all_gather_base` / `_reduce_scatter_base` of even older code.
-# They still work (each calls the new function) but warn. The installed torch says so itself:
+# `all_gather_single` and `reduce_scatter_single` are the spellings this torch recommends. Most code
+# written for PyTorch 1.13–2.x (FSDP, ZeRO, Megatron-style tensor parallelism) calls them
+# `all_gather_into_tensor` and `reduce_scatter_tensor`; they still work, with a deprecation warning:
 
 # %% tags=["nbval-check-output"]
 renamed = {"all_gather_into_tensor": "all_gather_single", "reduce_scatter_tensor": "reduce_scatter_single",
@@ -322,35 +345,37 @@ renamed = {"all_gather_into_tensor": "all_gather_single", "reduce_scatter_tensor
 for old, new in renamed.items():
     note = getattr(getattr(dist, old), "__deprecated__", "")  # set by typing_extensions.deprecated
     print(f"dist.{old:24s} -> dist.{new}: deprecated in this torch: {new in note}")
-# The chapter's program uses only the current names (read from its installed source):
+
+# %% tags=["proof", "nbval-check-output"]
 print(check_current_names(dist, renamed, show_code("disttutor.programs.collectives").lines))
 
 # %% [markdown] id="md-02-19"
-# **send / recv** are point-to-point, not collective: only the two ranks involved take part.
-# Pairs (0→1) and (2→3) with blocking calls, then a *ring shift* where every rank sends to its right
+# **send / recv** are **point-to-point**, not collective: only the two ranks involved take part. Pairs
+# (0→1) and (2→3) with blocking calls, then a *ring shift* in which every rank sends to its right
 # neighbour and receives from its left one with `isend`/`irecv`:
 
 # %% tags=["nbval-check-output"]
 show("send_recv")
 show("isend_irecv")
-print(check_collective("send_recv", coll.results, X, X_BIG))
-print(check_collective("isend_irecv", coll.results, X, X_BIG))
+
+# %% tags=["proof", "nbval-check-output"]
+print(proof("send_recv"), "|", proof("isend_irecv"))
 
 # %% [markdown] id="md-02-20"
 # **barrier**: nobody leaves until everybody has arrived. Rank `r` sleeps `0.2·r` s first, so rank 0
-# waits longest. (Timings: measured, different every run.)
+# waits longest (measured, different every run):
 
 # %%
-print(format_table([{"rank": r, "waited (s)": round(rep["barrier"]["waited_s"], 3)} for r, rep in enumerate(coll.results)]))
+for r, rep in enumerate(coll.results):
+    print(f"rank {r} waited {rep['barrier']['waited_s']:.3f} s")
 waits = [rep["barrier"]["waited_s"] for rep in coll.results]
 assert waits[0] > waits[-1], "the first to arrive waits the longest"
 
 # %% [markdown] id="md-02-21"
 # ### Try them live: edit a tensor, re-run the cell
 #
-# Each table above took a program launch. With live ranks (chapter 0) the same four ranks stay up
-# and you type the collective yourself: change `x`, the op or the group, and re-run the cell in a
-# fraction of a second. Every rank starts from the same `x = [10r+1, 10r+2]` as the program.
+# With live ranks (chapter 0) four ranks stay up and you type the collective yourself: change `x`,
+# the op or the group, and re-run.
 
 # %%
 %load_ext disttutor
@@ -364,8 +389,7 @@ dist.all_reduce(y)            # try op=dist.ReduceOp.MAX, or y = x * 2 first
 y
 
 # %% [markdown] id="md-02-22"
-# A group of some ranks: `new_group` is collective, so **every** rank creates **both** groups, in
-# the same order, and then uses its own.
+# A group of some ranks: every rank creates **both** groups, in the same order, then uses its own.
 
 # %% tags=["nbval-check-output"]
 %%ranks
@@ -374,18 +398,18 @@ z = x.clone()
 dist.all_reduce(z, group=groups[rank % 2])   # only my group's members are added
 gathered = [torch.zeros(2) for _ in range(world_size)]
 dist.all_gather(gathered, x)                 # everyone gets everyone's x
-print("group sum", z.tolist())
-torch.stack(gathered)
+print("group sum", z.tolist(), "| gathered", torch.cat(gathered).tolist())
 
 # %% [markdown] id="md-02-23"
-# The values come back to the notebook with `%ranks pull`, and are checked against the same
-# arithmetic done here in one process (`X` from the program's tables). `%%ranks 0,2` runs a cell
-# on some ranks only — fine for looking, but a collective there would wait for the missing ranks.
+# `%ranks pull` brings the values back to the notebook. `%%ranks 0,2` runs a cell on some ranks only:
+# fine for looking, but a collective there would wait for the missing ranks.
 
 # %% tags=["nbval-check-output"]
 %ranks pull y
 %ranks pull z
 %ranks pull gathered
+
+# %% tags=["proof", "nbval-check-output"]
 print(check_live_collectives(y, z, gathered, X))
 
 # %% tags=["nbval-check-output"]
@@ -398,27 +422,29 @@ print(f"rank {rank}: my group holds {dist.get_world_size(groups[rank % 2])} rank
 
 # %% [markdown] id="md-02-24"
 # ### Why the ring shift used `isend`/`irecv`: a deadlock, shown safely
-# In a ring step *every* rank sends and receives. Written as "`send` then `recv`" on both sides of a
-# pair, both ranks sit in `send`, each waiting for the other to post a `recv`: Gloo's `send` does not
-# complete until the receiver is ready, even for the 2-element tensors used here. (Whether a blocking
-# send may finish before its receive is posted depends on the backend and the message size, so code
-# that happens to work for small tensors can hang for big ones: never rely on it.) With a 3-second
-# collective timeout the demo ends on its own:
+#
+# Written as "`send` then `recv`" on both ranks of a pair, both sit in `send`, each waiting for the
+# other's `recv`; Gloo's `send` waits even for 2-element tensors. Whether a blocking send may finish
+# early depends on the backend and the message size, so never rely on it. A 3-second collective
+# timeout ends the demo:
 
 # %%
 dead = disttutor.launch("collectives", nproc=2, args={"deadlock": True, "ops": ["barrier"]},
                         collective_timeout=3, timeout=60, stream=False, check=False)
-print(dead.summary(lines=1))
+print(dead.command)
+for r in dead.ranks:
+    print(f"rank {r.rank}: {r.status}: {(r.error or '').split(' -- ')[-1]}")
+
+# %% tags=["proof"]
 print(check_deadlock_ended(dead, timeout_s=3))
 
 # %% [markdown] id="md-02-25"
 # `isend`/`irecv` return at once with a request; posting both and *then* waiting lets every send find
-# its receive. (`dist.batch_isend_irecv` does the same for a list of operations.)
+# its receive (`dist.batch_isend_irecv` does this for a list of operations).
 #
 # ## 4. All-reduce lab
 #
-# `dist.all_reduce` is one call, but how does it work? Three ways, each with only point-to-point
-# messages. For `n` ranks and a tensor of `N` bytes:
+# Three all-reduces from point-to-point messages, for `n` ranks and a tensor of `N` bytes:
 #
 # | algorithm | how | steps | bytes sent by the busiest rank |
 # |---|---|---|---|
@@ -426,13 +452,10 @@ print(check_deadlock_ended(dead, timeout_s=3))
 # | tree | pairs add up in `log₂n` rounds, the total flows back down | `2·log₂n` | `≈ log₂n·N` at the root |
 # | ring | reduce-scatter then all-gather around a ring, `N/n` per message | `2(n−1)` | `2(n−1)/n·N` — *under 2N for any n* |
 #
-# The ring's bytes per rank barely grow with `n`: that is why it is the bandwidth-optimal choice for
-# large tensors. The picture shows its bookkeeping for 4 ranks: rows are ranks, columns the 4 chunks,
-# the number says how many ranks' data a chunk already contains; outlined cells just arrived.
+# The ring's bytes per rank barely grow with `n`. In the picture rows are ranks and columns the 4
+# chunks; the number is how many ranks' data a chunk holds, and outlined cells just arrived.
 
 # %%
-import matplotlib.pyplot as plt
-
 from disttutor.viz.allreduce import plot_ring_schedule, ring_schedule
 
 fig = plot_ring_schedule(4)
@@ -441,26 +464,22 @@ final = ring_schedule(4)[-1]["count"]
 assert all(c == 4 for row in final for c in row)  # after 2(n-1) = 6 steps every chunk holds all 4 ranks' data
 
 # %% [markdown] id="md-02-26"
-# Reduce-scatter, step `k` (counting from 0): rank `r` sends chunk `(r − k) mod n` to rank `r+1`,
-# receives chunk `(r − k − 1) mod n` from rank `r−1` and **adds** it into its own copy. After `n−1`
-# steps rank `r` holds the complete sum of chunk `(r+1) mod n`. The all-gather then passes finished
-# chunks on: step `k` sends chunk `(r − k + 1) mod n` and receives chunk `(r − k) mod n`, *copying*
-# it into place.
+# Reduce-scatter, step `k` (from 0): rank `r` sends chunk `(r − k) mod n` to rank `r+1`, receives
+# chunk `(r − k − 1) mod n` from rank `r−1` and **adds** it in. After `n−1` steps rank `r` holds the
+# full sum of chunk `(r+1) mod n`. The all-gather then passes finished chunks on: step `k` sends chunk
+# `(r − k + 1) mod n` and *copies* the received chunk `(r − k) mod n` into place.
 #
 # ### Exercise 2.1 — the ring all-reduce
 # Write `ring_all_reduce(tensor)`: it sums `tensor` over all ranks of the default group **in place**
 # (like `dist.all_reduce`) and returns it.
 #
-# * flatten: `flat = tensor.view(-1)` (a view: writing into it writes into `tensor`; if the tensor is
-#   not contiguous, work on a contiguous copy and copy back at the end);
-# * `chunks = flat.tensor_split(n)` handles sizes not divisible by `n` (and tensors smaller than `n`:
-#   some chunks are empty — skip sending and receiving those);
-# * in each step post `dist.isend(chunk, right)` and `dist.irecv(buffer, left)`, then `.wait()` both;
-# * everything inside the function: the checker sends its *source* to the ranks (`torch` and `dist`
-#   are imported for you).
+# * `flat = tensor.view(-1)` writes into `tensor`; a non-contiguous tensor needs a contiguous copy,
+#   copied back at the end;
+# * `flat.tensor_split(n)` handles any size; with fewer than `n` elements some chunks are empty: skip them;
+# * each step posts `dist.isend(chunk, right)` and `dist.irecv(buffer, left)`, then `.wait()`s both;
+# * keep everything inside the function: the checker sends its *source* to the ranks.
 #
-# The checker runs your function on 2, 3 and 4 real ranks for many shapes and dtypes and compares
-# every element with a single-process reference and with `dist.all_reduce`.
+# The checker runs it on 2, 3 and 4 real ranks for many shapes and dtypes, against a one-process sum.
 
 # %%
 card("2.1")
@@ -482,12 +501,15 @@ result = check_ring_allreduce(ring_all_reduce)
 print(result)
 
 # %% [markdown] id="md-02-27"
-# (The committed notebook shows the untouched stub: the check tells you it is still a stub.) A wrong
-# answer does not just fail: the checker names the rank, the ring chunk and the first wrong element.
-# Here is a tempting shortcut that is *not* an all-reduce — each rank adds only its left
-# neighbour's tensor, once — checked on 3 ranks:
+# The notebook as shipped holds the untouched stub, so the check says it is still a stub. A wrong
+# answer is named by rank, ring chunk and first wrong element; the collapsed cell below shows it for a
+# shortcut that is *not* an all-reduce (each rank adds its left neighbour's tensor, once).
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof", "nbval-check-output"]
+import contextlib
+import io
+
+
 def neighbour_sum(tensor):
     rank, n = dist.get_rank(), dist.get_world_size()
     buf = torch.empty_like(tensor)
@@ -497,14 +519,15 @@ def neighbour_sum(tensor):
     return tensor.add_(buf)  # rank r ends with x[r] + x[r-1]: two ranks' share of the sum, not n
 
 
-wrong = check_all_reduce(neighbour_sum, world_sizes=(3,))
-print(wrong)
+with contextlib.redirect_stdout(io.StringIO()):  # the checker's progress line
+    wrong = check_all_reduce(neighbour_sum, world_sizes=(3,))
 assert not wrong.passed and all(f"rank {r}" in str(wrong) for r in range(3))
+print(f"rejected on 3 ranks, every rank named; the first: {wrong.problems[0]}")
 
 # %% [markdown] id="md-02-28"
-# Your function meets these inputs on 2, 3 and 4 ranks (a transposed, non-contiguous tensor among
-# them). The reference implementations in `disttutor/scratch/allreduce.py` (naive, tree and ring)
-# pass the same checker, so a failure you see here is about your code, not the checker.
+# Your function meets these inputs on each world size (a transposed, non-contiguous tensor among
+# them). The reference naive, tree and ring all-reduces in `disttutor/scratch/allreduce.py` pass the
+# same checker.
 
 # %% tags=["nbval-check-output"]
 print(f"{len(CASES) + 1} cases per world size:")
@@ -512,95 +535,53 @@ print(format_table([{"shape": s, "dtype": d} for s, d in CASES] + [{"shape": "(6
 assert len(CASES) + 1 == 12
 
 # %% [markdown] id="md-02-29"
-# When your ring passes, `print(check_ring_allreduce(ring_all_reduce))` says *passed ✓*. Stuck? The
-# solution is in `solutions/ex2_1_ring_allreduce.py`.
+# When your ring passes, the check says *passed ✓*; the solution is in
+# `solutions/ex2_1_ring_allreduce.py`.
 #
 # ## 5. How fast? Latency, bandwidth and the α–β model
 #
-# `disttutor/programs/allreduce_bench.py` times the built-in `dist.all_reduce` and the three
-# from-scratch ones: warm-up calls, then each timed call starts right after a barrier, the times of
-# all ranks are gathered and a call counts as long as its slowest rank; the median over calls is
-# kept. Algorithms are interleaved call by call, so a noisy neighbour hurts them all alike.
+# The **α–β model**: a message costs a fixed **latency** α plus β per byte, `t(N) = α + β·N`, so `1/β`
+# is the **bandwidth**. The **bus bandwidth** `busbw = N/t · 2(n−1)/n` is the rate each rank's link
+# carries in a ring all-reduce, comparable across rank counts.
 #
-# Two ways to read a time `t` for `N` bytes on `n` ranks (the nccl-tests convention):
-# `algbw = N/t`, and **bus bandwidth** `busbw = algbw·2(n−1)/n` — the rate each rank's link
-# actually carries in a bandwidth-optimal all-reduce, comparable across `n`.
-#
-# The **α–β model** says a call costs a fixed latency plus a per-byte cost: `t(N) = α + β·N`. Small
-# messages are all α (busbw tiny), large ones all β (busbw → `1/β`, scaled). A sweep of three of them
-# (built-in, naive and ring; add `"tree"` to the first argument to time it too) on 2 and on 4
-# ranks, from 64 KB to 16 MB (timings vary from run to run):
+# Below, `dist.all_reduce` ("builtin"), naive and ring on 2 ranks, 64 KB to 16 MB; a point is the
+# median call, timed on its slowest rank.
 
 # %%
-import os
-
-from disttutor.viz.allreduce import fits, plot_sweep, sweep
+from disttutor.viz.allreduce import plot_sweep, sweep
 
 SIZES = (64 << 10, 1 << 20, 16 << 20)
-data = sweep(("builtin", "naive", "ring"), nprocs=(2, 4), sizes=SIZES, iters=5, stream=False)
-fig = plot_sweep(data, title=f"2 and 4 ranks on {disttutor.cores()} usable CPU cores (measured now)")
+data = sweep(("builtin", "naive", "ring"), nprocs=(2,), sizes=SIZES, iters=5, stream=False)
+plot_sweep(data, title=f"2 ranks on {disttutor.cores()} usable CPU cores (measured now)")
 plt.show()
-def alpha_share(m, nbytes):  # the part of the fitted time t = alpha + beta*N that is per-call latency
-    return m.alpha / (m.alpha + m.beta * nbytes) if m.alpha + m.beta * nbytes > 0 else 0.0
+for r in data:
+    if r["algo"] == "builtin":
+        print(f"dist.all_reduce, {r['bytes'] >> 10:>6} KB: {1e3 * r['time_s']:7.2f} ms, busbw {r['busbw'] / 1e9:.2f} GB/s")
 
-
-models = fits(data)
-for (algo, n), m in models.items():
-    bw_text = f"1/beta = {m.bandwidth / 1e9:6.3f} GB/s" if m.beta > 0 else "beta ~ 0: times did not grow with size (noise)"
-    print(f"{algo:>7} on {n} ranks: alpha = {m.alpha * 1e6:7.1f} us, {bw_text}")
-small, large = SIZES[0], SIZES[-1]
-share = {size: [alpha_share(m, size) for m in models.values()] for size in (small, large)}
-for size, name in ((small, "smallest"), (large, "largest")):
-    lat_bound = sum(a > 0.5 for a in share[size])
-    size_text = f"{size >> 10} KB" if size < 1 << 20 else f"{size >> 20} MB"
-    print(f"at the {name} size ({size_text}) the fitted latency alpha is {min(share[size]):.0%}-"
-          f"{max(share[size]):.0%} of the time: {lat_bound} of {len(share[size])} fits latency-bound (alpha > half)")
+# %% tags=["proof"]
 load = os.getloadavg()[0]
-quiet = disttutor.quiet(load)  # timing claims: asserted only on a quiet machine (house rule)
-print(f"load {load:.1f}: " + check_sweep(data, ("builtin", "naive", "ring"), (2, 4), SIZES, quiet))
+print(f"load {load:.1f}: " + check_sweep(data, ("builtin", "naive", "ring"), (2,), SIZES, disttutor.quiet(load)))
 
 # %% [markdown] id="md-02-30"
-# What to look for: the last two lines split each fitted time into latency α and the per-byte
-# part β·N, at the smallest and the largest size this sweep measured. The smaller the message, the
-# larger α's share (to see the latency-bound end, rerun `sweep` with smaller sizes, e.g.
-# `sizes=(1 << 10, 4 << 10, 64 << 10)`). On a busy machine the points scatter — a call lasts as long as its
-# slowest rank, and a rank that loses its CPU core for a moment delays everybody; the fit then says
-# so (`beta ~ 0`). Rerun, or raise `iters`, to see how much of the picture is noise. Why are the three so close on 2 ranks? The cost model of the table in section 4,
-# evaluated (bytes the busiest rank sends, in units of the tensor size `N`):
+# Compare the bus bandwidth of the smallest and the largest message above: the model predicts the
+# larger one higher, since it spreads the fixed α over more bytes. These ranks share one machine's
+# cores, not network links, and timings vary from run to run. What does the model say separates the
+# three algorithms? The bytes the busiest rank sends, in units of `N`:
 
 # %% tags=["nbval-check-output"]
 import math
 
 model = {"naive": lambda n: n - 1, "tree": lambda n: math.ceil(math.log2(n)), "ring": lambda n: 2 * (n - 1) / n}
 print(format_table([{"ranks": n, **{a: float(f(n)) for a, f in model.items()}} for n in (2, 4, 8, 16)]))
+
+# %% tags=["proof", "nbval-check-output"]
 print(check_cost_model(model))
 
-# %% [markdown] id="md-02-31"
-# With 2 ranks every algorithm sends one tensor, so only latency separates them; with more ranks the
-# naive root and the tree root carry more and more, while the ring stays below `2N`. What the sweep
-# above measured at the largest size:
-
-# %%
-t = {(r["algo"], r["nproc"]): r["time_s"] for r in data if r["bytes"] == SIZES[-1]}
-grow = {a: t[(a, 4)] / t[(a, 2)] for a in ("naive", "ring")}
-faster = "ring" if t[("ring", 4)] < t[("naive", 4)] else "naive"
-print(f"{SIZES[-1] >> 20} MB, 2 -> 4 ranks: naive {1e3 * t[('naive', 2)]:.0f} -> {1e3 * t[('naive', 4)]:.0f} ms "
-      f"(x{grow['naive']:.2f}), ring {1e3 * t[('ring', 2)]:.0f} -> {1e3 * t[('ring', 4)]:.0f} ms (x{grow['ring']:.2f})")
-print(f"on 4 ranks the {faster} all-reduce was faster here, by a factor "
-      f"{max(t[('ring', 4)], t[('naive', 4)]) / min(t[('ring', 4)], t[('naive', 4)]):.2f}"
-      + ("" if faster == "ring" else " -- against the model: on one machine with few cores, ranks share cores "
-         "and memory instead of links; rerun on a quiet machine"))
-# The robust part: the naive root receives and sends (n - 1) tensors, so its time grows with n.
-assert t[("naive", 4)] > t[("naive", 2)]
-
 # %% [markdown] id="md-02-32"
-# All ranks of this sweep share one machine's cores and memory, not separate network links, so the
-# ring's advantage here is smaller than across machines. Try other sizes and rank counts in the
-# widget below.
-#
-# **The widget** measures what you pick (algorithms, ranks, size range) with a progress bar while it
-# runs; it only wraps `measure_and_plot`, which is plain Python (`measure_and_plot(["ring"], [4], 4,
-# 4096)` does the same without a widget). Larger sweeps take a while on a laptop.
+# With 2 ranks every algorithm sends one tensor in 2 steps: the model sees no difference, so what the
+# sweep shows between them is implementation and noise. With more ranks the naive and tree roots carry
+# more and more, while the ring stays below `2N`. The widget times what you pick; ranks beyond the
+# cores share them.
 
 # %%
 from disttutor.viz.allreduce import widget
@@ -610,45 +591,44 @@ widget()
 # %% [markdown] id="md-02-33"
 # ### Ring vs naive on a network: an emulated link
 #
-# On one machine the ranks share cores and memory, not network links, so the sweep above cannot
-# show what the ring is for. Chapter 8 introduces the course's **emulated link**
-# (`disttutor/links/`), a stand-in for a network: the messages still travel for real (the sums stay
-# exact), but a message of `b` bytes occupies the sender's outgoing link and the receiver's incoming
-# link for `α + b/β` (the link's latency α and bandwidth β), one message after another on each; the
-# wait is a sleeping timer, not CPU work. The from-scratch functions of section 4 run **unchanged**:
-# `over_link` re-binds the name `dist` inside the function to the emulated link's
-# `send / recv / isend / irecv`:
+# The course's **emulated link** (chapter 8) stands in for a network: messages still travel for real
+# and sums stay exact, but a message of `b` bytes holds the sender's and the receiver's link for
+# `α + b/β`, one message after another, waiting asleep. `over_link` runs section 4's functions
+# unchanged over it:
 
 # %%
-from disttutor.course.source import show_code
 from disttutor.viz import links as linkviz
 
 show_code("disttutor.programs.emulated_link", "ring")
 
 # %% [markdown] id="md-02-34"
-# On such a link the table of section 4 becomes time. The naive root receives `n−1` whole tensors
-# one after another, then sends `n−1`: `2(n−1)·(α + N/β)`. In a ring step every rank sends one chunk
-# of `N/n` to its next neighbour while it receives one from the previous, every link busy at once:
-# `2(n−1)·(α + N/(nβ))`. When the link is bandwidth-bound
-# (`N/β` far above α) the ring is about `n` times faster. The two runs below use 4 and 8 ranks on a
-# 1 GbE link, more ranks than this machine may have cores: that is fine here, because a rank spends
-# the emulated time asleep, not computing. Where the real loopback message took longer than the
-# emulated one (a busy machine), the run counts it as *late* and the time shows it.
+# The naive root receives `n−1` whole tensors one after another, then sends `n−1`: `2(n−1)·(α + N/β)`.
+# In a ring step every rank sends a chunk of `N/n` while it receives one, all links busy at once:
+# `2(n−1)·(α + N/(nβ))`, about `n` times faster when `N/β` dwarfs α. Below, 4 and 8 ranks on a 1 GbE
+# link; a message whose real loopback trip outlasted the link's time counts as *late*, and pushes the
+# measured time above the model's.
 
 # %%
-ring_runs = [disttutor.launch("emulated_link", nproc=n, args={"link": "1GbE", "parts": ("ring",), "sizes": (4 << 20,)},
-                              stream=False, timeout=280).results[0]["ring"][0] for n in (4, 8)]
+ring_runs = []
+for n in (4, 8):
+    run = disttutor.launch("emulated_link", nproc=n, args={"link": "1GbE", "parts": ("ring",), "sizes": (4 << 20,)},
+                           stream=False, timeout=280)
+    print(run.command)
+    ring_runs.append(run.results[0]["ring"][0])
 link_caption = ring_runs[0]["caption"]
 linkviz.plot_ring_vs_naive(ring_runs, link_caption)
 plt.show()
+print(f"{link_caption}, {ring_runs[0]['bytes'] >> 20} MiB")
 for r in ring_runs:
-    print(f"{link_caption}: {r['world']} ranks, {r['bytes'] >> 20} MiB: naive {1e3 * r['naive_s']:.0f} ms "
-          f"(model {1e3 * r['naive_model_s']:.0f}), ring {1e3 * r['ring_s']:.0f} ms (model {1e3 * r['ring_model_s']:.0f}): "
-          f"the ring was {r['naive_s'] / r['ring_s']:.1f}x faster (the link's model: {r['naive_model_s'] / r['ring_model_s']:.1f}x); "
-          f"late messages: naive {r['naive_late']}, ring {r['ring_late']}")
-print(check_emulated_link(ring_runs, quiet=disttutor.quiet()))  # timing: quiet machine only
+    print(f"{r['world']} ranks: naive {1e3 * r['naive_s']:.0f} ms (model {1e3 * r['naive_model_s']:.0f}), ring "
+          f"{1e3 * r['ring_s']:.0f} ms (model {1e3 * r['ring_model_s']:.0f}): naive/ring "
+          f"{r['naive_s'] / r['ring_s']:.1f}x (model {r['naive_model_s'] / r['ring_model_s']:.1f}x)")
+    print(f"   late messages: naive {r['naive_late']}, ring {r['ring_late']}")
 
-# %% tags=["nbval-check-output"]
+# %% tags=["proof"]
+print(check_emulated_link(ring_runs, quiet=disttutor.quiet()))  # timing: asserted on a quiet machine only
+
+# %% tags=["proof", "nbval-check-output"]
 assert all(r["naive_ok"] and r["ring_ok"] for r in ring_runs)
 print("naive and ring all-reduce on the emulated link, 4 and 8 ranks: sums equal dist.all_reduce's")
 
@@ -678,10 +658,9 @@ q1 = disttutor.launch("collectives", nproc=3, args={"ops": ["reduce_scatter"]}, 
 got = q1.results[1]["reduce_scatter"]
 measured = got["after"][0]
 assert got["after"] == got["equivalent"]  # the same as all-reduce then keeping slice 1
+terms = " + ".join(f"{r['reduce_scatter']['before'][2]:g}" for r in q1.results)
 reveal("2.q1", my_prediction, measured, rel_tol=0,  # small integers summed in float32: exact
-       explain=f"Reduce-scatter sums the inputs element by element and hands chunk i of the sum to rank i: rank 1 gets "
-       f"elements 2 and 3 of the sum, " + ", ".join(f"{v:g}" for v in got["after"]) + ", that is " + " + ".join(f"{r['reduce_scatter']['before'][2]:g}" for r in q1.results)
-       + f" = {measured:g} for the first one. Each rank ends with 1/n of the reduced tensor — the half of an all-reduce FSDP uses for gradients.")
+       explain=f"Rank 1 gets chunk 1 of the sum, elements 2 and 3; element 2 is {terms} = {measured:g}.")
 
 # %% [markdown] id="md-02-38" tags=["question"]
 # **Question 2.2.** A ring all-reduce of a 1 GiB gradient: how many bytes does each rank send on 8 ranks, and on 64? How long does it take at 25 GB/s per link, ignoring latency?

@@ -63,8 +63,8 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="warm-up", minutes=15),
     Exercise("2.1", 2, "ring all-reduce from send/recv", "ring_all_reduce",
              "disttutor.checks.allreduce:check_ring_allreduce", "solutions/ex2_1_ring_allreduce.py", (
-                 "Cut the flat tensor into n chunks with tensor_split; a reduce-scatter (n-1 steps) then "
-                 "an all-gather (n-1 steps). In each step send to rank+1 and receive from rank-1.",
+                 "n chunks (tensor_split); n-1 reduce-scatter steps, then n-1 all-gather steps; send to "
+                 "rank+1, receive from rank-1.",
                  "Post the send and the receive together (dist.isend + dist.irecv, then wait both): two "
                  "blocking sends facing each other wait forever. In reduce-scatter step k rank r sends "
                  "chunk (r-k) % n and adds what it receives into chunk (r-k-1) % n."),

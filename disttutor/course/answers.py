@@ -68,21 +68,18 @@ def _():
         sent = 2 * (n - 1) / n * GiB
         lines.append(f"* {n} ranks: 2({n}−1)/{n} · 1 GiB = **{sent / GiB:.3f} GiB** per rank, "
                      f"{sent / bw:.3f} s at 25 GB/s (α ignored)")
-    return ("A ring all-reduce is a reduce-scatter (n−1 steps) then an all-gather (n−1 steps), each step "
-            "sending one chunk of N/n bytes: 2(n−1)/n · N per rank.\n\n" + "\n".join(lines) +
-            "\n\nThe bytes per rank hardly grow with n (they approach 2N): that is why the ring scales. What "
-            "grows is the number of steps, 2(n−1), each paying the latency α — which is why small messages are "
-            "latency-bound and why tree and hierarchical algorithms exist.")
+    return ("Each rank sends 2(n−1)/n · N: a reduce-scatter and an all-gather of n−1 steps each, N/n bytes "
+            "a step.\n\n" + "\n".join(lines) +
+            "\n\nThe bytes approach 2N whatever n; the 2(n−1) steps, each paying α, are what grows with n.")
 
 
 @_answer("2.q3")
 def _():
-    return ("Both ranks block in `send`, each waiting for the other to post the matching `recv`: a deadlock "
-            "until the collective timeout ends it (section 3 reproduced it). Small messages may slip through a "
-            "backend's buffers, so the bug can hide in tests and appear with larger tensors. Fixes: post both "
-            "sides without blocking (`dist.isend` and `dist.irecv`, then `wait()` on both, or "
-            "`dist.batch_isend_irecv`), or order the calls by rank (even ranks send first, odd ranks receive "
-            "first).")
+    return ("Both ranks block in `send`, each waiting for the other's `recv`: a deadlock until the collective "
+            "timeout ends it.\n\n"
+            "A backend may buffer small messages, so a test with small tensors can pass while larger ones hang.\n\n"
+            "Fixes: post `dist.isend` and `dist.irecv`, then wait on both (or use `dist.batch_isend_irecv`); "
+            "or let even ranks send first and odd ranks receive first.")
 
 
 @_answer("3.q2")
