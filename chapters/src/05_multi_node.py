@@ -175,8 +175,8 @@ print("\n".join(proc.stdout.splitlines()[:3]), "...")
 print(check_launch_deprecated(proc.returncode, warn, proc.stdout))  # --use-env: its only addition to torchrun's parser
 
 # %% [markdown] id="md-05-10"
-# What does each launcher hand its script? A five-line script prints its `sys.argv` and `LOCAL_RANK`, started
-# on 2 processes three ways (killed after 120 s):
+# What does each launcher hand its script? A two-line script prints its `sys.argv` and `LOCAL_RANK`, started
+# on 2 processes three ways (killed if it runs past 120 s):
 
 # %%
 # Both processes write to one pipe: one os.write of a whole line each (atomic below 4 KiB), because
@@ -220,7 +220,7 @@ print(f"torch.distributed.launch passes {plain[0]['argv'][0]!r} (a dash, not --l
 print("with --use-env, and with torchrun, the command line is empty: read LOCAL_RANK from the environment.")
 
 # %% [markdown] id="md-05-11"
-# It still exists, a thin wrapper around torchrun's own `run()`, and warns. Now the double launch at this
+# It still exists, a thin wrapper around torchrun's `run()`. Now the double launch at this
 # machine's size: torchrun starts **2** processes, and each `mp.spawn`s **2** children with the article's rank
 # formula and a 3-second timeout (program `disttutor/programs/legacy_spawn.py`). Every spawned child, folded:
 
@@ -239,7 +239,7 @@ deeper("every spawned child: its rank, its partners, its error (this run)", form
 
 # %% [markdown] id="md-05-12"
 # Which children pair up is a **race**: duplicate ranks meet at one store, and which one the others reach
-# depends on timing. A run can show crossing pairs, connect timeouts (the `error` column), or the worst case:
+# depends on timing. A run can show crossing pairs, connect timeouts, or the worst case:
 # groups of 2 that all "succeed", a job split into separate worlds **with no error at all**. This run:
 
 # %%
@@ -285,11 +285,11 @@ print("\n".join(tree))
 # %% [markdown] id="md-05-15"
 # ### The fix: one process per device, started by torchrun
 #
-# Delete the `mp.spawn` and the hand-made rank: torchrun already set `RANK`, `LOCAL_RANK` and `WORLD_SIZE`,
-# which `init_process_group()` reads (`env://`, the default). On GPUs, call
-# `torch.cuda.set_device(local_rank)` **before** `init_process_group`, so NCCL and every `.cuda()` without an
-# index use this process's GPU (GPU 0 otherwise). The corrected `train_script.py`, run on 2 processes (gloo
-# without GPUs; unchanged on GPUs):
+# Delete the `mp.spawn` and the hand-made rank: torchrun already set `RANK`, `WORLD_SIZE` and `LOCAL_RANK`,
+# and `init_process_group()` reads the first two (and `MASTER_ADDR`/`PORT`) from the environment (`env://`,
+# the default). On GPUs, call `torch.cuda.set_device(local_rank)` **before** `init_process_group`: then
+# `.cuda()` without an index means this process's GPU, not GPU 0, and NCCL uses that GPU too. The corrected
+# `train_script.py` on 2 processes (unchanged on GPUs):
 
 # %%
 TRAIN_SCRIPT = """import os
@@ -333,7 +333,7 @@ print("the corrected script runs on", "GPUs (NCCL)" if torch.cuda.is_available()
       "and DDP averaged the gradient over both ranks: 12.0 on each")
 
 # %% [markdown] id="md-05-16"
-# `legacy_spawn`'s `--fixed` mode: one process per device, no spawn:
+# `legacy_spawn`'s `--fixed` mode: one process per rank, no spawn:
 
 # %%
 fixed = disttutor.launch("legacy_spawn", nproc=2, args={"fixed": True}, stream=False, timeout=150)
@@ -398,8 +398,8 @@ for cmd in cmds:
 #
 # Write `node_command(node_rank, nnodes, nproc_per_node, head, port, job_id)`: torchrun's arguments (a list of
 # strings, without `torchrun`) for node `node_rank` of a c10d job at `head:port` that runs `-m
-# disttutor.programs.whoami`. The checker parses your commands with torchrun's parser, then **runs** two of
-# them on this machine: the two agents must form one 2-rank job.
+# disttutor.programs.whoami`. The checker parses your commands with torchrun's parser, then **runs** a 2-node
+# job with them here (one process per node): the two agents must form one 2-rank job.
 
 # %%
 card("5.1")
@@ -423,7 +423,7 @@ print(check_node_command(node_command))
 # ### Slurm
 # One `srun` task per node; each task is a torchrun agent. The first node of the allocation, where the batch
 # script runs, hosts the rendezvous; `$SLURM_JOB_ID` names it. Check with `sbatch --test-only job.sbatch`,
-# then submit with `sbatch job.sbatch`.
+# then run `sbatch job.sbatch`.
 
 # %% tags=["nbval-check-output"]
 sbatch = cluster.slurm_script(cfg)
@@ -449,8 +449,8 @@ print(cluster.this_environment().replace(sys.prefix, "<this kernel's environment
 # %% [markdown] id="md-05-24"
 # ### The script under a real Slurm
 # Where Slurm's Debian packages are installed and the kernel runs as root, `slurm_local.LocalSlurm` starts a
-# **two-node cluster on this machine** (`munged`, `slurmctld`, two `slurmd` at `127.0.0.1`), stopped by pid at
-# the end. The generated script is submitted unchanged.
+# **two-node cluster on this machine** (`munged`, `slurmctld`, two `slurmd` at `127.0.0.1`). The
+# generated script is submitted unchanged.
 
 # %%
 why_not = slurm_local.unavailable()
@@ -497,7 +497,7 @@ if slurm_run:
     print(f"(+ {len(slurm_run['output']) - 1 - len(labelled)} lines of the torchrun agents' own log)")
 
 # %% [markdown] id="md-05-26"
-# The same identity and all-reduces as in section 1, now from a Slurm job. Which Slurm node became
+# The same identity and all-reduces as in section 1, from a Slurm job. Which Slurm node became
 # `GROUP_RANK` 0 is the rendezvous' choice (section 1's sort; both nodes here are one host), so the `Slurm
 # node` column may read either way.
 
@@ -576,7 +576,7 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus
 #    the reader's, so a node whose clock lags past the keep-alive window is dropped (source below). Run NTP or
 #    chrony.
 #
-# Also: the same `--rdzv-id` and the same torch version on every node.
+# Also: one `--rdzv-id` and one torch version on all nodes.
 
 # %%
 interfaces = [name for _, name in socket.if_nameindex()]
