@@ -3,26 +3,12 @@
 #
 # *Article §5.3 "多机训练扩展" (scaling to several machines).*
 #
-# Going from one machine to several changes **nothing in the training code** — every process
-# still calls `init_process_group`, wraps its model in DDP and all-reduces gradients. What changes
-# is **how the processes are started and how they find each other**. This chapter covers:
+# Going from one machine to several changes **nothing in the training code**: every process still calls
+# `init_process_group`, wraps its model in DDP and all-reduces gradients. What changes is **how the processes
+# start and how they find each other**.
 #
-# 1. **Two "nodes" on one machine**: two torchrun *agents* joined by a c10d rendezvous on
-#    loopback, exactly as two real machines would be. We read `RANK`, `LOCAL_RANK` and `GROUP_RANK`
-#    on every process, and find out what really decides which node is node 0.
-# 2. **The article's launch** (`python -m torch.distributed.launch` around a script that itself calls
-#    `mp.spawn`): what it actually does on current PyTorch — `nprocs` times as many processes, clashing ranks —
-#    reproduced safely, and the torchrun form that replaces it.
-# 3. **Launch files for real clusters**, generated from one typed config: a plain torchrun command per
-#    node (read by torchrun's own parser), a Slurm `sbatch` script (run under a real Slurm started
-#    on this machine, where Slurm is installed) and a Kubernetes `PyTorchJob` (its structure and
-#    torchrun arguments checked; no Kubernetes runs here).
-#
-# **What one machine cannot show.** All "nodes" here are processes on this one machine talking over
-# loopback (`127.0.0.1`), with the backend `launch()` picks (gloo without GPUs). Real multi-node runs add things we cannot measure
-# here: network interfaces (`GLOO_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`), firewalls between nodes,
-# InfiniBand/RDMA for NCCL. The launch code is the real one: on GPU machines `runtime.setup()`
-# picks NCCL and `cuda:LOCAL_RANK` by itself.
+# Here every "node" is a set of processes on this one machine, talking over loopback (`127.0.0.1`).
+# Interfaces, firewalls and InfiniBand cannot be measured here; section 4 gives the checks for a cluster.
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
@@ -32,9 +18,11 @@ disttutor.course.chapters.header(5)
 
 # %% [markdown] id="md-05-02" tags=["opening"]
 # **After this chapter you can**
-# * start a job on several nodes with torchrun and a c10d rendezvous, and read `RANK`, `LOCAL_RANK` and `GROUP_RANK` on every process;
+# * start a job on several nodes with torchrun and a c10d rendezvous, and read `RANK`, `LOCAL_RANK` and
+#   `GROUP_RANK` on every process;
 # * explain what the article's `torch.distributed.launch` + `mp.spawn` launch really does, and replace it;
-# * generate a launch for a real cluster — a torchrun command per node, a Slurm script, a Kubernetes `PyTorchJob` — from one config.
+# * generate a launch for a real cluster (a torchrun command per node, a Slurm script, a Kubernetes
+#   `PyTorchJob`) from one config.
 
 # %%
 import dataclasses
@@ -73,26 +61,23 @@ print("torch", torch.__version__, "| usable CPU cores:", disttutor.cores(), "| G
 # %% [markdown] id="md-05-03"
 # ## 1. Two nodes on one machine
 #
-# On a real cluster you run **one torchrun per machine**. Each torchrun (an *agent*) starts one worker
-# process per device and joins a **rendezvous**: the agents meet at an agreed host:port, agree on
-# who is in the job, number themselves, and each one hands its workers their identity in environment
-# variables:
+# On a cluster you run **one torchrun per machine**. Each torchrun, an *agent*, starts one worker process per
+# device and joins a *rendezvous*: the agents meet at an agreed `host:port` and number themselves. Each agent
+# then gives its workers their identity in environment variables:
 #
-# | variable | meaning | here (2 nodes x 2 processes) |
+# | variable | meaning | here (2 nodes × 2 processes) |
 # |---|---|---|
-# | `RANK` | global rank, `0 .. WORLD_SIZE-1` — what `init_process_group` uses | 0..3 |
-# | `LOCAL_RANK` | index of the process **on its node** — picks the GPU `cuda:LOCAL_RANK` | 0..1 |
-# | `GROUP_RANK` | index of the **node** (the agent) in the job | 0..1 |
-# | `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_WORLD_SIZE` | processes in the job / on this node / number of nodes | 4, 2, 2 |
-# | `ROLE_RANK`, `ROLE_WORLD_SIZE` | the same per *role* (one role, `default`, unless you define more) | = RANK |
-# | `MASTER_ADDR`, `MASTER_PORT` | the key-value store the workers meet at (hosted by an agent) | one per job |
-# | `TORCHELASTIC_*` | run id, restart count, ... (bookkeeping for elastic restarts) | |
-#
-# `disttutor.launch(..., nnodes=2)` starts **two torchrun agents** on this machine with
-# `--nnodes=2 --node-rank=0/1 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:<free port>` — the same
-# arguments you would give on two machines, with the head node's address instead of `127.0.0.1`.
-# The program `whoami` reports its variables and runs two tiny all-reduces that must cross the
-# "node" boundary: a one-hot "which node am I on" vector (→ ranks per node) and the sum of all ranks.
+# | `RANK` | global rank, what `init_process_group` uses | 0..3 |
+# | `LOCAL_RANK` | index of the process on its node; picks the GPU `cuda:LOCAL_RANK` | 0..1 |
+# | `GROUP_RANK` | index of the node (its agent) in the job | 0..1 |
+# | `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_WORLD_SIZE` | processes in the job, on this node; nodes | 4, 2, 2 |
+# | `MASTER_ADDR`, `MASTER_PORT` | the key-value store the workers meet at | one per job |
+
+# %% [markdown] id="md-05-35"
+# The cell below starts **two torchrun agents** here with `--nnodes=2 --node-rank=0` (and `1`)
+# `--rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT`; on two machines the head's address replaces
+# `127.0.0.1`. The program `whoami` reports its variables and all-reduces across the "nodes": ranks per node,
+# and the sum of all ranks.
 
 # %%
 res = disttutor.launch("whoami", nproc=2, nnodes=2, stream=False, timeout=150)
@@ -106,10 +91,8 @@ rows = [{**{c: int(e[c]) for c in COLS}, "ranks per node": rep["ranks_per_node"]
 print(format_table(rows))
 
 # %% [markdown] id="md-05-04"
-# Every rank agrees on the layout, and the all-reduces crossed the nodes: each rank counted 2 ranks on
-# each node and a rank sum of 0+1+2+3 = 6, and the `RANK` column holds each of 0 to 3 exactly once (the
-# check asserts both: a sum alone would not catch two ranks claiming one number, as 0+0+3+3 = 6). For a **homogeneous** job (the same number of processes on every node) torchrun
-# numbers ranks node by node:
+# Every rank counted 2 ranks per node and a rank sum of 0+1+2+3 = 6: the all-reduces crossed the nodes. With
+# the same number of processes on every node, torchrun numbers ranks node by node:
 #
 # $$\text{RANK} = \text{GROUP\_RANK} \times \text{LOCAL\_WORLD\_SIZE} + \text{LOCAL\_RANK}$$
 
@@ -117,9 +100,8 @@ print(format_table(rows))
 print(check_rank_layout(envs, res.results, res.world_size))  # and one store for the whole job
 
 # %% [markdown] id="md-05-05"
-# ### What the picture looks like
-# Drawn from the reports above: two nodes (agents), two processes each, and the global rank each
-# process got. (The drawing code is `draw_layout` in `disttutor/viz/cluster.py`.)
+# ### The picture
+# Two nodes (agents), two processes each, and the global rank each process got, drawn from the reports above.
 
 # %%
 draw_layout(envs)
@@ -128,8 +110,8 @@ plt.show()
 # %% [markdown] id="md-05-06"
 # ### Who decides which node is node 0?
 #
-# We passed `--node-rank=0` to the first agent and `--node-rank=1` to the second. With the **c10d**
-# rendezvous, torchrun ignores it — and says so in its log:
+# We passed `--node-rank=0` to the first agent and `--node-rank=1` to the second. With the c10d rendezvous
+# torchrun ignores it, and says so in its log:
 
 # %% tags=["nbval-check-output"]
 warning = [ln for ln in res.agent_log if "node_rank is only used" in ln]
@@ -137,13 +119,11 @@ assert warning, "torchrun did not warn about --node-rank"
 print(warning[0][warning[0].index("node_rank"):])
 
 # %% [markdown] id="md-05-07"
-# So what does assign `GROUP_RANK`? When the c10d rendezvous completes, the agents are **sorted** by
-# (node name, agent process id) and numbered in that order. The name is the agent's `--local-addr`
-# if you pass one, else `socket.getfqdn()`, and it is sorted as a string (`node10` before `node2`);
-# on one host the names are equal and the agents' pids decide. **Consequences:** with c10d, every node runs the
-# *same* command; don't derive anything from `--node-rank`; read `GROUP_RANK`/`RANK` from the
-# environment. If you need a fixed node order, use `--rdzv-backend=static` (then `--node-rank` *is*
-# `GROUP_RANK`, and the job cannot survive losing a node). The source and this run's pids, folded:
+# When the c10d rendezvous completes, it **sorts** the agents by (name, process id) and numbers them in that
+# order. The name is the agent's `--local-addr` if given, else `socket.getfqdn()`, compared as a string
+# (`node10` before `node2`); on one host the pids decide (folded below). So with c10d every node runs the
+# *same* command and reads `GROUP_RANK` from its environment; `--rdzv-backend=static` fixes the order, with
+# `--node-rank` as `GROUP_RANK`.
 
 # %% tags=["deeper"]
 src = inspect.getsource(dr)
@@ -158,33 +138,29 @@ deeper("dynamic_rendezvous.py sorts _NodeDesc(addr, pid, local_id); this run's a
        [f"GROUP_RANK order == agent pid order: {pids_by_group == sorted(pids_by_group)}"])
 
 # %% [markdown] id="md-05-08"
-# One rank's complete torchrun environment (the port and run id change from run to run):
+# One rank's full torchrun environment (the port and run id change every run):
 
 # %%
 for k, v in envs[-1].items():
     print(f"  {k:28s} {v}")
 
 # %% [markdown] id="md-05-09"
-# ## 2. The article's launch: `torch.distributed.launch` + `mp.spawn`
+# ## 2. One launcher: torchrun
 #
-# The article's §5.3 starts, on each of 2 machines with 4 GPUs:
+# <details><summary><b>The article says</b> run <code>python -m torch.distributed.launch --nproc_per_node=4
+# --nnodes=2 --node_rank=0</code> (<code>1</code> on the second machine) on <code>train_script.py</code>, 2
+# machines with 4 GPUs each</summary>
 #
-# ```bash
-# MASTER_ADDR=192.168.1.1 MASTER_PORT=12355 python -m torch.distributed.launch \
-#     --nproc_per_node=4 --nnodes=2 --node_rank=0 \
-#     --master_addr=192.168.1.1 --master_port=12355 train_script.py
-# ```
+# The article never shows `train_script.py`; its §5.2 script's `main()` runs `mp.spawn(train,
+# args=(world_size,), nprocs=world_size)` with `world_size = torch.cuda.device_count()`. Run that way, each of
+# the 4 launched processes per machine spawns 4 more: 32 training processes for 8 GPUs, each taking its spawn
+# index (0..3) as its rank in a world of 4. Every rank is claimed 8 times, at one `MASTER_ADDR:MASTER_PORT`.
 #
-# The article never shows `train_script.py`; read with §5.3's new `setup()`, it is the §5.2 DDP script,
-# whose `main()` does
+# Today `torch.distributed.launch` still runs but is deprecated. The cells below run a 2 × 2 copy of the
+# double launch, then the fix: torchrun alone starts the processes.
+# </details>
 #
-# ```python
-# world_size = torch.cuda.device_count()                        # 4: GPUs on *this* machine
-# mp.spawn(train, args=(world_size,), nprocs=world_size, join=True)
-# # ... and each child: dist.init_process_group('nccl', rank=rank, world_size=world_size)
-# ```
-#
-# Two problems. First, is `torch.distributed.launch` even still there?
+# First: is `torch.distributed.launch` still there?
 
 # %%
 proc = subprocess.run([sys.executable, "-m", "torch.distributed.launch", "--help"], capture_output=True,
@@ -199,10 +175,8 @@ print("\n".join(proc.stdout.splitlines()[:3]), "...")
 print(check_launch_deprecated(proc.returncode, warn, proc.stdout))  # --use-env: its only addition to torchrun's parser
 
 # %% [markdown] id="md-05-10"
-# What does it hand the script it starts? Rather than quote its help text, run it: a five-line script
-# prints its own `sys.argv` and `LOCAL_RANK`, started on 2 processes by `torch.distributed.launch`,
-# once plain and once with `--use-env`, and then by `torchrun` (a 120-second bound; the process tree
-# is killed if anything hangs).
+# What does each launcher hand its script? A two-line script prints its `sys.argv` and `LOCAL_RANK`, started
+# on 2 processes three ways (killed if it runs past 120 s):
 
 # %%
 # Both processes write to one pipe: one os.write of a whole line each (atomic below 4 KiB), because
@@ -246,17 +220,9 @@ print(f"torch.distributed.launch passes {plain[0]['argv'][0]!r} (a dash, not --l
 print("with --use-env, and with torchrun, the command line is empty: read LOCAL_RANK from the environment.")
 
 # %% [markdown] id="md-05-11"
-# It still exists (a thin wrapper around torchrun's own `run()`), and warns. The second problem is
-# worse: **both layers start one process per GPU.** The launcher starts `nproc_per_node=4` copies of
-# the script per machine, and each copy `mp.spawn`s 4 more: 2 x 4 x 4 = 32 processes competing for
-# 8 GPUs, each calling `init_process_group(rank=0..3, world_size=4)`. Ranks 0..3 exist 8 times over,
-# and all of them meet at the same `MASTER_ADDR:MASTER_PORT` store.
-#
-# We reproduce it at a size this machine can take: torchrun starts **2** processes (our "launch"),
-# each `mp.spawn`s **2** children (our "GPUs") with the article's rank formula — spawn index as rank,
-# "GPUs on this node" as world size — and a 3-second timeout so a clash cannot stall the cell. The
-# program is `disttutor/programs/legacy_spawn.py`; the children are module-level functions of that
-# program (spawn start method), and the launcher kills the whole tree if anything hangs.
+# It still exists, a thin wrapper around torchrun's `run()`. Now the double launch at this
+# machine's size: torchrun starts **2** processes, and each `mp.spawn`s **2** children with the article's rank
+# formula and a 3-second timeout (program `disttutor/programs/legacy_spawn.py`). Every spawned child, folded:
 
 # %% tags=["deeper"]
 art = disttutor.launch("legacy_spawn", nproc=2, args={"gpus": 2, "timeout": 3}, stream=False, timeout=150)
@@ -272,11 +238,9 @@ deeper("every spawned child: its rank, its partners, its error (this run)", form
                     for c in children]).splitlines())
 
 # %% [markdown] id="md-05-12"
-# Which children pair up, and whether any fail, is a **race**: duplicate ranks write their address
-# under the same store key, and whoever writes last is the one the others connect to. So the (folded)
-# table above can differ from run to run — crossing pairs, connect timeouts (the `error` column), or the
-# worst case: every child "succeeds" in a group of 2, and the job splits into separate worlds that
-# each average gradients over half the processes, **with no error at all**. This run's verdict:
+# Which children pair up is a **race**: duplicate ranks meet at one store, and which one the others reach
+# depends on timing. A run can show crossing pairs, connect timeouts, or the worst case:
+# groups of 2 that all "succeed", a job split into separate worlds **with no error at all**. This run:
 
 # %%
 groups = {tuple(sorted(c["partners"])) for c in children if c["ok"]}
@@ -304,7 +268,7 @@ print(f"did any child see all {len(children)} processes? : {any(c['sum'] == len(
 print(check_double_spawn(children, launched_pids))
 
 # %% [markdown] id="md-05-14"
-# The process tree, rebuilt from the parent pids the processes reported:
+# The process tree, from the parent pids each process reported:
 
 # %% tags=["nbval-check-output"]
 tree = ["torchrun agent"]
@@ -321,13 +285,11 @@ print("\n".join(tree))
 # %% [markdown] id="md-05-15"
 # ### The fix: one process per device, started by torchrun
 #
-# Delete the `mp.spawn` and the hand-made rank: torchrun already started one process per device and
-# told each its `RANK`, `LOCAL_RANK` and `WORLD_SIZE`. `init_process_group()` reads them from the
-# environment (`env://`, the default) — which is all `runtime.setup()` does. On GPUs one more line
-# matters: `torch.cuda.set_device(local_rank)` **before** `init_process_group`, so that NCCL (and
-# every `.cuda()` without an index) uses this process's own GPU instead of piling all the ranks of
-# a node onto GPU 0. The corrected `train_script.py`, run right here on 2 processes (on a CPU-only
-# machine it takes the gloo branch; the same file runs unchanged on GPUs):
+# Delete the `mp.spawn` and the hand-made rank: torchrun already set `RANK`, `WORLD_SIZE` and `LOCAL_RANK`,
+# and `init_process_group()` reads the first two (and `MASTER_ADDR`/`PORT`) from the environment (`env://`,
+# the default). On GPUs, call `torch.cuda.set_device(local_rank)` **before** `init_process_group`: then
+# `.cuda()` without an index means this process's GPU, not GPU 0, and NCCL uses that GPU too. The corrected
+# `train_script.py` on 2 processes (unchanged on GPUs):
 
 # %%
 TRAIN_SCRIPT = """import os
@@ -371,8 +333,7 @@ print("the corrected script runs on", "GPUs (NCCL)" if torch.cuda.is_available()
       "and DDP averaged the gradient over both ranks: 12.0 on each")
 
 # %% [markdown] id="md-05-16"
-# In `legacy_spawn.py` this is the `--fixed` mode: the same record, made by the launched process
-# itself.
+# `legacy_spawn`'s `--fixed` mode: one process per rank, no spawn:
 
 # %%
 fixed = disttutor.launch("legacy_spawn", nproc=2, args={"fixed": True}, stream=False, timeout=150)
@@ -384,10 +345,8 @@ print(format_table([{"RANK": c["rank"], "world_size": c["world_size"], "joined":
 print(check_fixed_launch(recs, fixed.results))  # and no spawned children
 
 # %% [markdown] id="md-05-17"
-# And the article's two commands, in torchrun form for its 2 machines x 4 GPUs — generated
-# (section 3 explains the generator). With the **static** rendezvous (closest to the article: node 0
-# is the one you say) the commands differ only in `--node-rank`; with **c10d** every node runs the
-# same command:
+# The article's two commands in torchrun form. With the **static** rendezvous (node 0 is the one you name, as
+# in the article) they differ only in `--node-rank`; with **c10d** they are the same:
 
 # %% tags=["nbval-check-output"]
 article = dict(nnodes=2, nproc_per_node=4, gpus_per_node=4, module=None, script="train_script.py",
@@ -400,9 +359,9 @@ for mode in ("static", "c10d"):
 # %% [markdown] id="md-05-18"
 # ## 3. Launch files for real clusters
 #
-# `disttutor.multinode.cluster` turns one typed, validated `ClusterConfig` into three ready-to-edit launch files.
-# All three follow the rule of this chapter: **one torchrun per node, one process per GPU, nothing
-# spawns anything else.**
+# `disttutor.multinode.cluster` turns one validated `ClusterConfig` into three launch files: a torchrun
+# command per node, a Slurm script and a Kubernetes manifest. The rule for all three: **one torchrun per node,
+# one process per GPU, nothing spawns anything else.**
 
 # %% tags=["nbval-check-output"]
 cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=4, gpus_per_node=4, module="disttutor.programs.whoami",
@@ -413,8 +372,8 @@ print(cfg)
 
 # %% [markdown] id="md-05-19"
 # ### A plain torchrun command per node
-# Run each on its machine (in any order; the c10d rendezvous waits for all of them for its
-# `join_timeout`, whose default this torch states below; `--rdzv-conf join_timeout=SECONDS` changes it).
+# Run each on its machine, in any order: the c10d rendezvous waits for all of them up to its `join_timeout`
+# (default below; `--rdzv-conf join_timeout=SECONDS`).
 
 # %% tags=["nbval-check-output"]
 cmds = cluster.torchrun_commands(cfg)
@@ -423,8 +382,8 @@ join = dr.RendezvousTimeout().join  # the default torchrun's c10d rendezvous use
 print(f"default join timeout: {join.total_seconds():.0f} s = {join.total_seconds() / 60:g} minutes")
 
 # %% [markdown] id="md-05-20"
-# Checked by torchrun itself: its own argument parser (`torch.distributed.run.get_args_parser`, the
-# one the `torchrun` command uses) accepts every command.
+# torchrun's own argument parser (`torch.distributed.run.get_args_parser`, the one the `torchrun` command
+# uses) accepts every command:
 
 # %% tags=["nbval-check-output"]
 for cmd in cmds:
@@ -437,11 +396,10 @@ for cmd in cmds:
 # %% [markdown] id="md-05-21"
 # ### Exercise 5.1 — the command for each node
 #
-# Write `node_command(node_rank, nnodes, nproc_per_node, head, port, job_id)`: torchrun's arguments
-# (a list of strings, without the word `torchrun`) for node `node_rank` of a job with c10d rendezvous
-# at `head:port` that runs `-m disttutor.programs.whoami`. The checker parses your commands for a
-# 2-node x 4-process job with torchrun's own parser, then **runs** them: two torchrun agents on this
-# machine (`head="127.0.0.1"`, a free port, one process each) must meet and form one 2-rank job.
+# Write `node_command(node_rank, nnodes, nproc_per_node, head, port, job_id)`: torchrun's arguments (a list of
+# strings, without `torchrun`) for node `node_rank` of a c10d job at `head:port` that runs `-m
+# disttutor.programs.whoami`. The checker parses your commands with torchrun's parser, then **runs** a 2-node
+# job with them here (one process per node): the two agents must form one 2-rank job.
 
 # %%
 card("5.1")
@@ -463,9 +421,9 @@ print(check_node_command(node_command))
 
 # %% [markdown] id="md-05-22"
 # ### Slurm
-# One `srun` task per node; each task is a torchrun agent. The first node of the allocation hosts the
-# c10d rendezvous (the batch script itself runs there); `$SLURM_JOB_ID` makes the rendezvous id unique
-# per job. Submit with `sbatch job.sbatch`, after `sbatch --test-only job.sbatch` (below).
+# One `srun` task per node; each task is a torchrun agent. The first node of the allocation, where the batch
+# script runs, hosts the rendezvous; `$SLURM_JOB_ID` names it. Check with `sbatch --test-only job.sbatch`,
+# then run `sbatch job.sbatch`.
 
 # %% tags=["nbval-check-output"]
 sbatch = cluster.slurm_script(cfg)
@@ -480,34 +438,19 @@ assert check.returncode == 0, check.stderr
 print("bash -n: syntax OK")
 
 # %% [markdown] id="md-05-23"
-# **Why each line is there.** This script has been run under a real Slurm (22.05: `munged`, `slurmctld`
-# and two `slurmd` on one machine, below), and each of these lines fixes what went wrong there
-# without it (*reported*: the first real run of an earlier version of this script):
-#
-# | line | without it |
-# |---|---|
-# | the activation line (`activate=`; default: the environment that generated the script) | `slurmstepd: error: execve(): torchrun: No such file or directory`, job FAILED |
-# | `head_addr` = the head's `NodeAddr` from `scontrol show node` | the node *name* (`n1`) did not resolve (`Name or service not known`): rendezvous timeout, FAILED after minutes |
-# | `rdzv_port`: a port free on the head, per job | two jobs with one head met at the fixed port 29500: the second joined the first one's store and died when it ended |
-# | `srun --label`, torchrun's `--tee=3` and its line prefix | the ranks' lines interleaved, with no node or rank |
-# | `--kill-on-bad-exit=1` | each agent must notice a failed node by itself (with a crashing rank they did, in seconds); with it, one failed node ends the step on every node at once: a safeguard |
-# | `--cpus-per-task`: one CPU per process by default; no GPU request by default | 16 CPUs on 2-CPU nodes: PENDING for ever; GPUs on a cluster without them: refused |
-# | `sed -n 1p`, not `head -n 1` | `head` exits after one line: under `pipefail`, scontrol's SIGPIPE ended the job |
-#
-# Without `activate=`, the line activates the environment of the Python that writes the script, which
-# is right when the cluster's nodes see this machine's file system (a shared home or project
-# directory). Here it would be:
+# **Why the guards are there.** The script's comments name what each one prevents, failures met under a real
+# Slurm with an earlier version (*reported*): `torchrun` not found, a node name that did not resolve, two jobs
+# meeting at one fixed port, `head -n 1`'s SIGPIPE under `pipefail`. Without `activate=`, the script activates
+# the environment of the Python that wrote it, right when the nodes share this machine's files. Here:
 
 # %%
 print(cluster.this_environment().replace(sys.prefix, "<this kernel's environment>"))
 
 # %% [markdown] id="md-05-24"
 # ### The script under a real Slurm
-# Where Slurm's Debian packages are installed and the kernel runs as root,
-# `disttutor.multinode.slurm_local.LocalSlurm` starts a **two-node cluster on this machine**: one `munged` with a
-# key of its own, one `slurmctld` and two `slurmd` (nodes `n1` and `n2`, both at `127.0.0.1`, each on
-# its own port), all in a temporary directory and stopped by PID at the end. The generated script is
-# submitted unchanged (only `activate=` left at its default: this kernel's environment).
+# Where Slurm's Debian packages are installed and the kernel runs as root, `slurm_local.LocalSlurm` starts a
+# **two-node cluster on this machine** (`munged`, `slurmctld`, two `slurmd` at `127.0.0.1`). The
+# generated script is submitted unchanged.
 
 # %%
 why_not = slurm_local.unavailable()
@@ -542,9 +485,9 @@ else:
           f"{info['NodeList']}")
 
 # %% [markdown] id="md-05-25"
-# The job's output file (`%x-%j.out`): the script's own line, then one line per rank, each starting
-# with the **node's task index** (`srun --label`) and the **rank** (torchrun's prefix). The agents'
-# own log lines (torchrun's warnings at shutdown, with this machine's file paths) are counted, not shown.
+# The job's output file (`%x-%j.out`): the script's own line, then one line per rank, starting with the node's
+# task index (`srun --label`) and the rank (torchrun's prefix). The agents' own log lines are counted, not
+# shown.
 
 # %%
 if slurm_run:
@@ -554,9 +497,9 @@ if slurm_run:
     print(f"(+ {len(slurm_run['output']) - 1 - len(labelled)} lines of the torchrun agents' own log)")
 
 # %% [markdown] id="md-05-26"
-# The ranks' reports: the same identity and all-reduces as in section 1, now from a Slurm job. Which
-# Slurm node became `GROUP_RANK` 0 is the rendezvous' choice (sorted by node name, then agent pid:
-# section 1; both nodes here are one host), not Slurm's node order, so the `Slurm node` column may read either way.
+# The same identity and all-reduces as in section 1, from a Slurm job. Which Slurm node became
+# `GROUP_RANK` 0 is the rendezvous' choice (section 1's sort; both nodes here are one host), so the `Slurm
+# node` column may read either way.
 
 # %%
 if slurm_run:
@@ -569,18 +512,13 @@ if slurm_run:
 
 # %% [markdown] id="md-05-27"
 # ### Kubernetes: a Kubeflow `PyTorchJob`
-# For the **Kubeflow Training Operator v1** API (`apiVersion: kubeflow.org/v1`, kind `PyTorchJob`): one
-# `Master` pod and `nnodes-1` `Worker` pods, one per node. The operator injects `MASTER_ADDR`,
-# `MASTER_PORT` and `PET_NNODES` / `PET_NPROC_PER_NODE` / `PET_NODE_RANK` into every pod (from
-# `spec.nprocPerNode`, present in operator releases 1.7+); the manifest hands them to torchrun
-# explicitly with Kubernetes' `$(VAR)` expansion, so the pod numbering is the node rank (static
-# rendezvous). The container must be called `pytorch`. Kubeflow Trainer v2 (`TrainJob`) is the
-# successor API; this manifest targets the v1 operator. Apply with `kubectl apply -f job.yaml`.
+# For the **Kubeflow Training Operator v1** (`kubeflow.org/v1`): one `Master` and `nnodes-1` `Worker` pods, in
+# a container that must be called `pytorch`. The operator sets `MASTER_ADDR`, `MASTER_PORT` and `PET_NNODES` /
+# `PET_NPROC_PER_NODE` / `PET_NODE_RANK` in every pod; the manifest passes them to torchrun with Kubernetes'
+# `$(VAR)` expansion (static rendezvous: the pod index is the node rank).
 #
-# **What of it runs here: not Kubernetes.** Running the manifest needs a Kubernetes cluster with the
-# Training Operator (a container runtime, an API server for `kubectl`); the course assumes none, so
-# neither the operator nor a pod starts here. Checked instead: the manifest's v1 structure and
-# torchrun's parser on each pod's arguments (below).
+# **No Kubernetes runs here.** Checked instead: the manifest's structure, and torchrun's parser on a pod's
+# arguments.
 
 # %% tags=["nbval-check-output"]
 manifest = cluster.pytorchjob_manifest(cfg)
@@ -606,8 +544,8 @@ print(check_pytorchjob(job, cfg.nnodes, args, pod_env))
 
 # %% [markdown] id="md-05-28"
 # ### Bad configs fail early, in words
-# The config is validated when it is made, not when 16 GPUs are already allocated. What only the
-# cluster knows (how many CPUs or GPUs its nodes have) is `sbatch --test-only`'s to answer, above.
+# The config is checked when it is made, not when 16 GPUs are allocated. What only the cluster knows (its
+# nodes' CPUs and GPUs) is for `sbatch --test-only`, above.
 
 # %% tags=["nbval-check-output"]
 for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus_per_node=2),
@@ -622,33 +560,23 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus
 # %% [markdown] id="md-05-29"
 # ## 4. "My rendezvous never forms": a checklist
 #
-# On a real cluster the agents either never meet (torchrun waits its join timeout, then raises
-# `RendezvousTimeoutError`) or they meet and the first collective hangs or fails to connect. The
-# causes are almost always these four; each comes with the command that diagnoses it, run on every
-# node. The cells below run each check on this machine.
+# Either the agents never meet (torchrun raises `RendezvousTimeoutError` after its join timeout), or they meet
+# and the first collective hangs or fails to connect. Four causes are the usual ones; run each check on every
+# node (the cells below run them here):
 #
-# 1. **The head is not reachable on its port.** `nc -zv HEAD PORT` (or
-#    `python -c "import socket; socket.create_connection(('HEAD', PORT), 5)"`). *Connection refused*:
-#    nothing listens there yet (the head's agent is not started, or another port). *A timeout*: a
-#    firewall drops the packets — check `sudo iptables -S` / `sudo ufw status` / the cloud's security
-#    group, and open the rendezvous port **and** the ports gloo/NCCL pick between all nodes (they
-#    listen on ephemeral ports: allow all TCP inside the cluster's subnet).
-# 2. **The wrong network interface.** Gloo and NCCL each choose an interface per node; with docker0,
-#    a VPN or several NICs they can choose one the other nodes cannot reach. List them with
-#    `ip -br addr`; pin the right one with `GLOO_SOCKET_IFNAME=eth0` and `NCCL_SOCKET_IFNAME=eth0`
-#    (NCCL also takes a prefix or an exclusion, `NCCL_SOCKET_IFNAME=^docker,lo`). `NCCL_DEBUG=INFO`
-#    prints the interface NCCL chose.
-# 3. **The hostname resolves to loopback.** `getent hosts $(hostname)` on each node. Debian and
-#    Ubuntu's `/etc/hosts` map the machine's own name to `127.0.1.1`; a node that advertises that
-#    address sends the others to *themselves*. Pass addresses as IPs (`--rdzv-endpoint IP:PORT`,
-#    `--local-addr IP`) or fix `/etc/hosts`.
-# 4. **The clocks disagree.** `timedatectl` (or `chronyc tracking`) on each node. The c10d rendezvous
-#    keeps a node alive by its heartbeats, stamped with *the writer's* wall clock and compared with
-#    *the reader's*: a node whose clock lags by more than the keep-alive window is dropped as dead
-#    (source below). Run NTP/chrony everywhere.
+# 1. **The head is unreachable on its port.** `nc -zv HEAD PORT`: *refused*, nothing listens yet; *a timeout*,
+#    a firewall drops the packets. Open the rendezvous port **and** the ephemeral ports gloo and NCCL use,
+#    between all nodes.
+# 2. **The wrong network interface** (docker0, a VPN, several NICs). List them with `ip -br addr`; pin one
+#    with `GLOO_SOCKET_IFNAME=eth0` and `NCCL_SOCKET_IFNAME=eth0` (`NCCL_DEBUG=INFO` prints NCCL's choice).
+# 3. **The hostname resolves to loopback.** `getent hosts $(hostname)`: Debian's and Ubuntu's `/etc/hosts` map
+#    it to `127.0.1.1`, which sends the other nodes to *themselves*. Pass IPs (`--rdzv-endpoint IP:PORT`,
+#    `--local-addr IP`).
+# 4. **The clocks disagree.** `timedatectl`: a c10d heartbeat carries the writer's clock and is compared with
+#    the reader's, so a node whose clock lags past the keep-alive window is dropped (source below). Run NTP or
+#    chrony.
 #
-# And the same `--rdzv-id` (Slurm: `$SLURM_JOB_ID`) and the same torch version
-# (`python -c "import torch; print(torch.__version__)"`) on every node.
+# Also: one `--rdzv-id` and one torch version on all nodes.
 
 # %%
 interfaces = [name for _, name in socket.if_nameindex()]
@@ -669,8 +597,8 @@ print(f"3. `{host}` resolves to {addr}: " + ("LOOPBACK -- other nodes could not 
                                            if addr.startswith("127.") else "not loopback: other nodes can use it"))
 
 # %% [markdown] id="md-05-30"
-# An interface name that does not exist on a node — a typo, or `eth0` on a machine whose NIC is
-# `ens5` — fails at once, on every rank, naming the interface (a real 2-rank run):
+# An interface name that does not exist on a node (a typo, or `eth0` on a machine whose NIC is `ens5`) fails
+# at once on every rank, naming the interface (a real 2-rank run):
 
 # %%
 bad_if = disttutor.launch("hello", 2, env={"GLOO_SOCKET_IFNAME": "nosuch0"}, stream=False, check=False,
@@ -690,17 +618,22 @@ print(*source_lines(dr._BackendRendezvousStateHolder._sanitize, "expire_time = d
 # ## Key takeaways
 #
 # * Going multi-node changes how processes start and meet, not the training code.
-# * Every node runs the same torchrun command; with the c10d rendezvous `--node-rank` is ignored and the agents are numbered when they meet (`--rdzv-backend=static` fixes the order).
+# * Every node runs the same torchrun command; with c10d, `--node-rank` is ignored and the agents are numbered
+#   when they meet.
 # * RANK = GROUP_RANK × processes per node + LOCAL_RANK; `LOCAL_RANK` picks the GPU.
-# * One launcher only: torchrun starts the processes; a script that also calls `mp.spawn` multiplies them (`nprocs` each).
-# * What one machine cannot show — network interfaces, firewalls — is what a rendezvous that never forms comes down to (InfiniBand matters after it, for NCCL's data path).
+# * One launcher only: a script under torchrun that also calls `mp.spawn` multiplies the processes (`nprocs`
+#   each).
+# * A rendezvous that never forms is usually the network (port, interface, a hostname on loopback) or the
+#   clocks.
 
 # %% [markdown] id="md-05-32" tags=["question"]
 # ## Check your understanding
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
 #
-# **Question 5.1 (predict, then run).** Two nodes of 2 processes each, joined by a c10d rendezvous. What is the global `RANK` of the process with `GROUP_RANK` 1 and `LOCAL_RANK` 1? Write a number into `my_prediction`, then run the next cell.
+# **Question 5.1 (predict, then run).** Two nodes of 2 processes each, joined by a c10d rendezvous. What is
+# the global `RANK` of the process with `GROUP_RANK` 1 and `LOCAL_RANK` 1? Write a number into
+# `my_prediction`, then run the next cell.
 
 # %% tags=["predict"]
 my_prediction = None  # a number: RANK of GROUP_RANK 1, LOCAL_RANK 1 (2 nodes x 2 processes)
@@ -717,13 +650,18 @@ reveal("5.q1", my_prediction, measured, rel_tol=0,  # a rank: exact
        f"{measured}. Which machine becomes GROUP_RANK 1 is the rendezvous' choice; the arithmetic after it is fixed.")
 
 # %% [markdown] id="md-05-33" tags=["question"]
-# **Question 5.2.** Two nodes run the same torchrun command with `--rdzv-backend=c10d --rdzv-endpoint=head:29500`, and one of them never joins. What does the other one see, and what do you check first?
+# **Question 5.2.** Two nodes run the same torchrun command with `--rdzv-backend=c10d
+# --rdzv-endpoint=head:29500`, and one of them never joins. What does the other one see, and what do you check
+# first?
 
 # %%
 answer("5.q2")
 
 # %% [markdown] id="md-05-34" tags=["question"]
-# **Question 5.3.** The article (§5.3) starts `python -m torch.distributed.launch --nproc_per_node=4 --nnodes=2 --node_rank=…` on each of 2 machines with 4 GPUs, on `train_script.py`: its §5.2 script with §5.3's `setup()`, whose `main()` calls `mp.spawn(train, args=(world_size,), nprocs=world_size, join=True)` with `world_size = torch.cuda.device_count()`. How many training processes run on each machine, and why do their ranks clash?
+# **Question 5.3.** On each of 2 machines with 4 GPUs, the article runs `python -m torch.distributed.launch
+# --nproc_per_node=4 --nnodes=2 --node_rank=…` on `train_script.py`. Read that script as its §5.2 one, whose
+# `main()` calls `mp.spawn(train, args=(world_size,), nprocs=world_size, join=True)` with `world_size =
+# torch.cuda.device_count()`. How many training processes run on each machine, and why do their ranks clash?
 
 # %%
 answer("5.q3")
