@@ -117,7 +117,7 @@ for key in ("mismatched_collective", "rank_dependent_shape"):  # every rank's ow
 print(repros["mismatched_collective"].detail)
 print(check_detail_names_mismatch(repros))
 
-# %% [markdown] id="md-09-07b"
+# %% [markdown] id="md-09-25"
 # A **skipped** collective and **uneven inputs** raise a timeout only on the rank that waited; the rank that
 # went on (it skipped the call, or ran out of data) reports no error. Seven entries raise **no error at all**
 # (`different_seeds`, `no_sampler`, `rank_local_loss`, `sampler_padding`, `set_epoch`,
@@ -133,7 +133,7 @@ print(check_detail_names_mismatch(repros))
 # reads) and names the collective each rank waits in. From a terminal, on the run directory of a job the
 # course launched: `python -m disttutor.troubleshoot.diagnose RUN_DIR`.
 
-# %% [markdown] id="md-09-08b"
+# %% [markdown] id="md-09-26"
 # Below, chapter 0's `hello` runs with `skip_rank=1` (rank 1 never calls the all-reduce), under a 15 s
 # collective timeout. A watcher thread dumps the stacks 2 s after the ranks start, while the launch still waits.
 
@@ -262,7 +262,7 @@ check_straggler(find_straggler)
 # hangs ends with a message). It compares the weights, and for 9.3 the log, with **one process that replays
 # every rank's batches**.
 
-# %% [markdown] id="md-09-17b"
+# %% [markdown] id="md-09-27"
 # ### Exercise 9.2 — gradient accumulation under DDP
 #
 # `accumulate_step(ddp_model, optimizer, micro_batches)` must move the weights as one SGD step on the **mean**
