@@ -330,6 +330,8 @@ print(check_flat_vs_per_param(views))
 # What changes for you:
 #
 # * **Inspecting parameters.** A flat design shows one anonymous 1-D shard. With FSDP2 each parameter keeps its name and global shape; `p.to_local()` is this rank's rows, `p.full_tensor()` gathers it.
+
+# %% [markdown] id="md-11-55"
 # * **Freezing one weight.** In the flat design `requires_grad` belongs to the whole vector, so the weight frozen above *kept training*. FSDP1 therefore requires one `requires_grad` per unit unless `use_orig_params=True`; FSDP2 froze exactly that weight.
 
 # %% [markdown] id="md-11-45"
