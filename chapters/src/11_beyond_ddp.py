@@ -260,7 +260,7 @@ print(f"activation checkpointing: activations at the peak {mem[0]['True + activa
 print(check_fsdp_memory(mem, block_bytes, root_bytes, max(r["ac_vs_no_ac"] for r in F2)))
 
 # %% [markdown] id="md-11-11"
-# The blocks dominate a real model: with resharding, a 32-block model holds one or two blocks' full weights at a time instead of all 32. Activation checkpointing trades one more forward per block for activation memory, the largest term at long sequence lengths.
+# The blocks dominate a real model: with resharding, a 32-block model holds one or two blocks' full weights at a time instead of all 32. Activation checkpointing trades one more forward per block for activation memory, which grows with batch size and sequence length.
 
 # %% [markdown] id="md-11-42"
 # ### 2.3 `MixedPrecisionPolicy`
@@ -457,7 +457,7 @@ print(check_tp_blocks(tp.results))
 # %% [markdown] id="md-11-19"
 # ### A 2D mesh: FSDP × TP on 4 ranks
 #
-# Large jobs compose: TP inside a node (fast links, an all-reduce per block), FSDP across nodes. The program builds `init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))`, runs `parallelize_module` on `mesh["tp"]` and `fully_shard` on `mesh["dp"]`, and trains 3 AdamW steps against one process. The first weight started as its own element indices, to show who stores what:
+# Large jobs compose: TP inside a node (fast links, all-reduces in every block), FSDP across nodes. The program builds `init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))`, runs `parallelize_module` on `mesh["tp"]` and `fully_shard` on `mesh["dp"]`, and trains 3 AdamW steps against one process. The first weight started as its own element indices, to show who stores what:
 
 # %%
 m2 = [r["mesh_2d"] for r in tp.results]
@@ -556,8 +556,8 @@ print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 # %% [markdown] id="md-11-23" tags=["takeaways"]
 # ## Key takeaways
 #
-# * ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3/FSDP the parameters too: each rank's model states shrink towards 16/n bytes per parameter.
-# * FSDP all-gathers parameters before use and reduce-scatters gradients after: about 1.5 × DDP's bytes, in exchange for memory.
+# * ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3/FSDP the parameters too: FSDP's model states are 16/n bytes per parameter.
+# * FSDP all-gathers parameters before use and reduce-scatters gradients after: 1.5 × DDP's bytes by the ring formula (2 × on gloo), in exchange for memory.
 # * Tensor parallelism splits each layer's matrices; DTensor placements (`Shard`, `Replicate`, `Partial`) say who holds what.
 # * A 2D mesh combines them: TP inside a node, FSDP across nodes — every result here compared with one process.
 # * Federated averaging with one local step is data parallelism; with more it communicates less but optimises something else.
@@ -593,7 +593,7 @@ reveal("11.q1", my_prediction, measured, rel_tol=0.1,  # 10 %: padding and uneve
 answer("11.q2")
 
 # %% [markdown] id="md-11-26" tags=["question"]
-# **Question 11.3.** FSDP all-gathers parameters in forward and reduce-scatters gradients in backward. Why is its traffic about 1.5 × DDP's, and how can you get it back to DDP's?
+# **Question 11.3.** FSDP all-gathers parameters in forward and reduce-scatters gradients in backward. Why does it send about 1.5 × DDP's bytes (ring formula, native reduce-scatter), and how can you get it back to DDP's?
 
 # %%
 answer("11.q3")
