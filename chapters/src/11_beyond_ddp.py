@@ -52,7 +52,7 @@ LAUNCH = dict(stream=False, timeout=280)
 # | ZeRO-3 = FSDP | **1/n** | 1/n | 1/n | weights **all-gathered** when a layer runs, freed after |
 
 # %% [markdown] id="md-11-28"
-# The model, `tiny_lm`, has a real language model's traps: an output weight **tied** to the input embedding, a **frozen** positional embedding, a LayerNorm. The `sharding` program trains it five ways on the same ranks (DDP, ZeRO-1, FSDP from scratch in fp32 and bf16, torch's FSDP2), 3 AdamW steps each. It compares each with one process and saves FSDP2's shards with DCP (`torch.distributed.checkpoint`, chapter 10).
+# The model, `tiny_lm`, has a language model's traps: an output weight **tied** to the input embedding and a **frozen** positional embedding. The `sharding` program trains it five ways on the same ranks (DDP, ZeRO-1, FSDP from scratch in fp32 and bf16, torch's FSDP2), 3 AdamW steps each. It compares each with one process and saves FSDP2's shards with DCP (`torch.distributed.checkpoint`, chapter 10).
 
 # %%
 runs = {n: disttutor.launch("sharding", nproc=n, **LAUNCH) for n in (2, 4)}
@@ -135,7 +135,7 @@ print(check_zero1(ZeroOne))
 # %% [markdown] id="md-11-06"
 # ## 2. FSDP2: the code you write, its communication and its memory
 #
-# **FSDP** (fully sharded data parallel, ZeRO-3) keeps a shard of every weight on each rank and gathers a unit's full weights just before the unit runs. Choosing the units is your one real decision. The `fsdp2` program trains `BlockLM` (an embedding, four residual blocks, a final LayerNorm, a tied output layer) with the usual recipe, **`fully_shard` on every block, then on the root**:
+# **FSDP** (fully sharded data parallel, ZeRO-3) gathers a unit's full weights just before the unit runs; choosing the units is your one real decision. The `fsdp2` program trains `BlockLM` (an embedding, four residual blocks, a tied output layer) with the usual recipe, **`fully_shard` on every block, then on the root**:
 
 # %%
 from disttutor.course.source import show_code
@@ -457,7 +457,7 @@ print(check_tp_blocks(tp.results))
 # %% [markdown] id="md-11-19"
 # ### A 2D mesh: FSDP × TP on 4 ranks
 #
-# Large jobs compose: TP inside a node (fast links, all-reduces in every block), FSDP across nodes. The program builds `init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))`, runs `parallelize_module` on `mesh["tp"]` and `fully_shard` on `mesh["dp"]`, and trains 3 AdamW steps against one process. The first weight started as its own element indices, to show who stores what:
+# Large jobs compose: TP inside a node (fast links, all-reduces in every block), FSDP across nodes. The program runs `parallelize_module` on `mesh["tp"]` and `fully_shard` on `mesh["dp"]` of `init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))`, 3 AdamW steps against one process. The first weight starts as its element indices, to show who stores what:
 
 # %%
 m2 = [r["mesh_2d"] for r in tp.results]
