@@ -1,18 +1,9 @@
 # %% [markdown] id="md-11-01"
-# # Chapter 11 — Beyond DDP: ZeRO and FSDP, tensor parallelism, a 2D mesh, and where the field stands
+# # Chapter 11 — Beyond DDP: ZeRO and FSDP, tensor parallelism, a 2D mesh
 #
 # *Article §11: summary and outlook.*
 #
-# The article ends by naming things to come: FSDP ("fully sharded data parallel"), 3D and tensor
-# parallelism, cloud-native training, heterogeneous hardware, federated learning. Most of them
-# ship in PyTorch today and run on CPU ranks with gloo, so this chapter runs them:
-#
-# 1. **sharding** — ZeRO-1 and FSDP written from scratch (Exercises 11.1 and 11.2), then torch's
-#    FSDP2 `fully_shard`, all on the same model, with the memory each rank *really* holds next to
-#    chapter 1's calculator, and every result compared with one process;
-# 2. **tensor parallelism** — DTensor placements, `parallelize_module` on an MLP and an attention
-#    block, the collectives counted, and a 2D (FSDP × TP) mesh;
-# 3. **the outlook, corrected**, with a federated-averaging round next to data parallelism.
+# DDP keeps a whole copy of the model, its gradients and its optimizer state on every rank. This chapter removes that copy by **sharding**: each rank stores only a slice (a *shard*) of each.
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
@@ -48,28 +39,20 @@ LAUNCH = dict(stream=False, timeout=280)
 # %% [markdown] id="md-11-03"
 # ## 1. Where the memory goes, and three ways to shard it
 #
-# Chapter 1's calculator: AdamW in fp32 costs **16 bytes per parameter** — 4 for the weight, 4 for
-# its gradient, 8 for Adam's two moments — and plain data parallelism keeps *all* of it on every
-# rank. ZeRO (Rajbhandari et al., 2020) removes the redundancy in stages:
+# *Model states* are the weights, their gradients and the optimizer state. Chapter 1's calculator: AdamW in fp32 costs **16 bytes per parameter** (4 weight, 4 gradient, 8 for Adam's two moments), and DDP keeps all 16 on every rank.
+
+# %% [markdown] id="md-11-27"
+# **ZeRO** (Zero Redundancy Optimizer, Rajbhandari et al., 2020) removes that redundancy in stages, over *n* ranks:
 #
-# | | weights | gradients | optimiser state | how |
+# | | weights | gradients | optimizer state | how |
 # |---|---|---|---|---|
 # | DDP | full | full | full | all-reduce gradients |
-# | ZeRO-1 | full | full | **1/n** | each rank steps only the parameters it owns, then **broadcasts** them |
+# | ZeRO-1 | full | full | **1/n** | each rank steps the parameters it owns, then **broadcasts** them |
 # | ZeRO-2 | full | **1/n** | 1/n | gradients **reduce-scattered** instead of all-reduced |
 # | ZeRO-3 = FSDP | **1/n** | 1/n | 1/n | weights **all-gathered** when a layer runs, freed after |
-#
-# `disttutor/scratch/zero1.py` and `disttutor/scratch/fsdp.py` are the from-scratch references
-# (short; each distributed subtlety commented). The model everyone trains,
-# `disttutor.sharding.model.tiny_lm`, has the traps of a real language model: the output layer's weight
-# **tied** to the input embedding, a **frozen** positional embedding, a LayerNorm.
-#
-# One program, `disttutor/programs/sharding.py`, trains it on the same ranks five ways — DDP,
-# ZeRO-1 (scratch, with DDP averaging the gradients), FSDP scratch in fp32 and with **bf16**
-# compute and communication, and torch's **FSDP2** — 3 AdamW steps each, and compares every result
-# with one process trained on the full batches (the bf16 run against one process applying the same
-# casts). Then it saves FSDP2's sharded model and optimiser with chapter 10's `disttutor.lm.checkpoint`
-# (`torch.distributed.checkpoint` underneath) and reloads both into a fresh copy.
+
+# %% [markdown] id="md-11-28"
+# The model, `tiny_lm`, has a language model's traps: an output weight **tied** to the input embedding and a **frozen** positional embedding. The `sharding` program trains it five ways on the same ranks (DDP, ZeRO-1, FSDP from scratch in fp32 and bf16, torch's FSDP2), 3 AdamW steps each. It compares each with one process and saves FSDP2's shards with DCP (`torch.distributed.checkpoint`, chapter 10).
 
 # %%
 runs = {n: disttutor.launch("sharding", nproc=n, **LAUNCH) for n in (2, 4)}
@@ -86,22 +69,16 @@ viz.memory_figure(by_world)
 plt.show()
 
 # %% [markdown] id="md-11-04"
-# What the measurement shows that the formula does not:
+# The table above, row by row against the calculator's columns:
 #
-# * **ZeRO-1 is coarse.** It shards by *whole parameters* (as torch's `ZeroRedundancyOptimizer`
-#   does): the 64×32 embedding is one tensor, so one rank gets its whole Adam state and is above
-#   the calculator's `1/n`. On a real model with thousands of tensors the imbalance averages out.
-# * **FSDP scratch pads and keeps frozen weights whole.** Its flat shard is padded to equal sizes,
-#   and the frozen positional embedding stays on every rank (no gradient, no state to share).
-#   FSDP2 shards every tensor, frozen ones too.
-# * The calculator ignores the transient full weights FSDP gathers for a unit's forward and
-#   backward. This program's FSDP2 has two units: `fully_shard(base.mlp)`, then `fully_shard(base)`
-#   for the root (the embeddings, LayerNorm and the head, kept together because the head's weight is
-#   tied to the embedding); the scratch version is one unit, the whole model. A real model makes each
-#   transformer block its own unit, so that only a few blocks' weights are full at a time: section 2
-#   does that and measures it.
-#
-# Every strategy computes the same training. Checked, on every rank of both runs:
+# * **ZeRO-1 is coarse.** It gives each *whole tensor* one owner (as torch's `ZeroRedundancyOptimizer` does), so the rank owning the 64×32 embedding holds more than `1/n` of the state. With thousands of tensors the imbalance averages out.
+# * **The scratch FSDP pads and keeps frozen weights whole** (no gradient, no state to share); FSDP2 shards every tensor, frozen ones too.
+
+# %% [markdown] id="md-11-29"
+# A *unit* is the group of parameters FSDP gathers together. This program's FSDP2 has two: `fully_shard(base.mlp)`, then `fully_shard(base)` for the rest (a tied weight must stay in one unit). The calculator ignores the full weights a unit holds while it runs; section 2 measures them.
+
+# %% [markdown] id="md-11-30"
+# Every strategy computes the same training. Checked on every rank of both runs:
 
 # %%
 print(check_strategies_agree(by_world))  # tolerances and their reasons: disttutor/checks/sharding.py
@@ -123,24 +100,18 @@ print(f"checkpoint files (4 ranks): {by_world[4][0]['checkpoint']['files']}; rel
       f"{all(r['checkpoint']['optimizer_equal'] for r in by_world[4])}")
 
 # %% [markdown] id="md-11-05"
-# The bf16 runs differ from one process far more than the fp32 ones (the errors above): bf16 keeps 7
-# fraction bits (8 significant bits with the implicit one), the gradients are summed in a different
-# order than in one process, and AdamW may flip the sign of an update whose gradient is near zero.
-# That is why the comparison is the **whole update as one vector** (its relative error); the last
-# lines above name the parameter with the largest element-wise error in each bf16 run and compare
-# the two. The checkpoint holds one `.distcp` file per rank plus DCP's `.metadata` (every rank saves only
-# its shards), and chapter 10's `meta.json` and per-rank RNG states — the same code saves a DDP replica
-# and an FSDP2 shard.
-#
+# The bf16 run's errors above are larger than fp32's: bf16 keeps 8 significant bits, and the ranks sum in another order than one process. So the check compares the **whole update as one vector** (its relative error), and names the worst single parameter.
+
+# %% [markdown] id="md-11-31"
+# The checkpoint is one `.distcp` file per rank (each rank writes only its shards), DCP's `.metadata`, and chapter 10's `meta.json` and RNG states.
+
+# %% [markdown] id="md-11-32"
 # ## Exercise 11.1 — ZeRO-1 from scratch
 #
-# Write `ZeroOne(params, optimizer_class, **defaults)`, a `torch.optim.Optimizer` (the shape of
-# `torch.distributed.optim.ZeroRedundancyOptimizer`): each rank owns some parameters, its
-# `self.optim = optimizer_class(owned, **defaults)` holds state for those only; `step()` steps them
-# and **broadcasts** every parameter from its owner. Gradients arrive already averaged (DDP's job).
-# The checker trains `tiny_lm` with AdamW (weight decay on), compares with one process after each
-# step, and adds up the optimiser state over the ranks: it must be stored exactly once.
-# The `hint("11.1")` cell under the stub gives a nudge.
+# Write `ZeroOne(params, optimizer_class, **defaults)`, a `torch.optim.Optimizer` shaped like `ZeroRedundancyOptimizer`. Each rank owns some parameters and builds `self.optim = optimizer_class(owned, **defaults)` on those only; `step()` steps them and **broadcasts** every parameter from its owner. Gradients arrive already averaged (DDP's job).
+
+# %% [markdown] id="md-11-33"
+# The checker trains `tiny_lm` with AdamW against one process after each step, and checks that the optimizer state is stored exactly once over the ranks.
 
 # %%
 card("11.1")
@@ -162,14 +133,9 @@ hint("11.1")
 print(check_zero1(ZeroOne))
 
 # %% [markdown] id="md-11-06"
-# ## 2. FSDP2 in full: the code you write, its communication and its memory, measured
+# ## 2. FSDP2: the code you write, its communication and its memory
 #
-# **FSDP** (fully sharded data parallel; ZeRO stage 3) keeps only a shard of every weight on each rank
-# and gathers a **unit**'s full weights just before that unit runs. The unit is the practitioner's one
-# real decision. `disttutor/programs/fsdp2.py` trains `disttutor.sharding.blocks.BlockLM` — an
-# embedding, four residual blocks, a final LayerNorm and an output layer tied to the embedding — with
-# the lines torchtitan and the PyTorch tutorials write: **`fully_shard` on every block, then on the
-# root**:
+# **FSDP** (fully sharded data parallel, ZeRO-3) gathers a unit's full weights just before the unit runs; choosing the units is your one real decision. The `fsdp2` program trains `BlockLM` (an embedding, four residual blocks, a tied output layer) with the usual recipe, **`fully_shard` on every block, then on the root**:
 
 # %%
 from disttutor.course.source import show_code
@@ -177,15 +143,13 @@ from disttutor.course.source import show_code
 show_code("disttutor.programs.fsdp2", "fully_shard")
 
 # %% [markdown] id="md-11-07"
-# After these calls every parameter is a **DTensor** (section 3 shows placements on real ranks):
-# `Shard(dim=0)` over the 1-D mesh, so each of 2 ranks holds half of every weight's rows. Each
-# `fully_shard(block)` installs hooks on that block: *pre-forward* all-gathers the block's shards
-# into full weights, *post-forward* frees them again (that is `reshard_after_forward=True`, the
-# default), *pre-backward* gathers them once more, and when backward has the block's gradients
-# *post-backward* **reduce-scatters** them (each rank receives the sum of its own shard's gradient,
-# divided by the world size) and frees the full weights. The root unit holds what is left: the
-# embeddings, the final norm and the tied head — a tied weight must live in one unit. One launch
-# on 2 ranks measures everything in this section:
+# After these calls every parameter is a **DTensor** (a tensor plus how it is placed over ranks; section 3), here `Shard(dim=0)`: each of 2 ranks holds half of every weight's rows.
+
+# %% [markdown] id="md-11-34"
+# Each `fully_shard(block)` installs hooks on the block. *Pre-forward* all-gathers its full weights and *post-forward* frees them (`reshard_after_forward=True`); *pre-backward* gathers them again, and *post-backward* **reduce-scatters** the gradients, so each rank keeps the average of its own shard.
+
+# %% [markdown] id="md-11-35"
+# torch's default, `reshard_after_forward=None`, means `True` for every unit but the root (`False`); the program passes `True` to all units. One launch on 2 ranks measures all of section 2:
 
 # %%
 f2run = disttutor.launch("fsdp2", nproc=2, **LAUNCH)
@@ -198,16 +162,12 @@ for r in F2:  # fp32, the same sums in another order (rank-local halves, then a 
     assert max(r["vs_one_process"].values()) < 1e-5, r["vs_one_process"]
 
 # %% [markdown] id="md-11-08"
-# ### 2.1 Communication, measured: one all-gather per unit forward and backward, one reduce-scatter
+# ### 2.1 Communication: one all-gather per unit in forward and in backward, one reduce-scatter
 #
-# The program profiles one step with `torch.profiler` (`record_shapes=True`) and reads the trace
-# the way chapter 9 does: FSDP2 names its regions (`FSDP::all_gather (blocks.0)`,
-# `FSDP::post_backward_reduce (blocks.0)`), the c10d operator inside each one carries its tensors'
-# sizes, and gloo's own thread records when the bytes really move
-# (`disttutor.sharding.comm_trace`). **Prefetching** means issuing the *next* unit's all-gather
-# before the current unit computes, so the transfer can hide behind the compute. FSDP2 prefetches
-# one unit in backward by default; forward prefetching is opt-in. Both conditions, as the program
-# sets them:
+# The program profiles one step with `torch.profiler`, as in chapter 9: FSDP2 names its regions (`FSDP::all_gather (blocks.0)`, `FSDP::post_backward_reduce (blocks.0)`).
+
+# %% [markdown] id="md-11-36"
+# **Prefetching** issues the *next* unit's all-gather before the current unit computes, so the transfer can hide behind compute. FSDP2 prefetches one unit in backward by default; explicit forward prefetching is opt-in. The two settings the program compares:
 
 # %%
 show_code("disttutor.programs.fsdp2", "prefetch")
@@ -233,22 +193,16 @@ for cond in ("prefetch off", "prefetch on"):
 print(check_fsdp_collectives(F2, backward_order("prefetch off"), backward_order("prefetch on")))
 
 # %% [markdown] id="md-11-09"
-# Read the figure from the left: in forward, `F0`..`F3` compute one block each, every one after its
-# blue all-gather; in backward (shaded blue), every block's gradient is reduce-scattered (red) when
-# backward leaves it. The order check above is the difference prefetching makes: with it, block 2's
-# all-gather is issued *before* block 3's reduce-scatter, so it can run while block 3 still computes.
-# Gloo runs a collective on its own thread, so the trace shows a prefetched all-gather overlapping the
-# compute even on CPU ranks; whether the step gets faster depends on a free core for that thread
-# (on this machine, with 2 ranks sharing its cores: the times printed under the figure). On GPUs the all-gather runs on a
-# separate CUDA stream, and this overlap is what makes FSDP's extra communication affordable.
-#
-# **Bytes per step.** Let *P* be the parameter bytes (fp32: 4 per parameter). DDP all-reduces every
-# gradient once: payload *P*. FSDP all-gathers every unit in forward and again in backward, and
-# reduce-scatters every gradient: payload **3P**. What a rank *sends* in the ring algorithm is
-# (n−1)/n of an all-gather's or reduce-scatter's payload and 2(n−1)/n of an all-reduce's (a
-# reduce-scatter followed by an all-gather, chapter 2) — so FSDP sends **3/2 = 1.5×** what DDP
-# sends. The program counts the payload from the trace and the bytes each rank really handed to its
-# sockets during an unprofiled step (`/proc/self/io`, Linux):
+# In the figure's forward, blocks `F0`..`F3` each compute after their blue all-gather; in backward, each block's gradient is reduce-scattered (red) as backward leaves it. With prefetching, block 2's all-gather is issued *before* block 3's reduce-scatter (the order printed above), so it can run while block 3 computes.
+
+# %% [markdown] id="md-11-37"
+# Gloo runs collectives on its own threads, so the overlap shows even on CPU ranks; whether the step gets faster depends on a free core (the two times printed above are one noisy step each). On GPUs the all-gather runs on its own CUDA stream.
+
+# %% [markdown] id="md-11-38"
+# **Bytes per step.** Let *P* be the parameter bytes. DDP all-reduces the gradients once (payload *P*); FSDP all-gathers every unit twice and reduce-scatters once (payload **3P**).
+
+# %% [markdown] id="md-11-39"
+# In a ring (chapter 2), a rank sends (n−1)/n of an all-gather's or reduce-scatter's payload and 2(n−1)/n of an all-reduce's. So FSDP sends **1.5×** what DDP sends. The program counts payloads from the trace and bytes handed to the sockets (`/proc/self/io`, Linux):
 
 # %%
 from disttutor.sharding.comm_trace import ring_wire_bytes
@@ -279,22 +233,15 @@ ag_fp32 = sum(c["bytes"] for c in F2[0]["comm"]["prefetch off"]["calls"] if c["o
 print(check_fsdp_bytes(rows, P, ag_bf16, ag_fp32))
 
 # %% [markdown] id="md-11-10"
-# Measured and formula agree to the byte in the payload and within gloo's headers on the wire — with
-# one surprise the trace explains: **gloo has no native reduce-scatter** and runs it as an all-reduce
-# of the whole gradient, so on CPU ranks FSDP sends twice DDP's bytes, not 1.5×. NCCL (GPUs) has a
-# native ring reduce-scatter: there the 1.5× of the formula holds. FSDP buys its memory saving
-# with communication; at large scale that is a good trade, because it overlaps with compute and the
-# memory would not fit otherwise.
+# The payloads match the formula to the byte. On the wire gloo sends about 2× DDP's bytes, not 1.5×: gloo has no native reduce-scatter and runs it as an all-reduce of the whole gradient. NCCL (GPUs) has one, and the ring formula's 1.5× applies there.
+
+# %% [markdown] id="md-11-40"
+# ### 2.2 Peak memory per rank: `reshard_after_forward` and activation checkpointing
 #
-# ### 2.2 Peak memory per rank: `reshard_after_forward`, and activation checkpointing
-#
-# `reshard_after_forward=True` frees each block's full weights right after its forward, so they
-# must be gathered again in backward (the second all-gather above). `False` keeps them from forward
-# to backward: no second all-gather, more memory — ZeRO-2-like for the weights. torch's
-# `FSDPMemTracker` (`torch.distributed._tools`) counts every tensor by what it is, on CPU too; the
-# program ran one step under it in three configurations. **Activation checkpointing**
-# (`torch.utils.checkpoint`, `use_reentrant=False`, wrapped around each block in
-# `BlockLM.forward`) keeps only each block's input and recomputes its activations in backward:
+# `reshard_after_forward=False` keeps each block's full weights from forward to backward: no second all-gather, more memory. **Activation checkpointing** (`torch.utils.checkpoint` around each block) keeps only each block's input and recomputes its activations in backward.
+
+# %% [markdown] id="md-11-41"
+# torch's `FSDPMemTracker` (`torch.distributed._tools`) counts every tensor by kind, on CPU too. The program ran one step under it in three configurations:
 
 # %%
 mem = {rank: r["memory"] for rank, r in enumerate(F2)}
@@ -313,18 +260,12 @@ print(f"activation checkpointing: activations at the peak {mem[0]['True + activa
 print(check_fsdp_memory(mem, block_bytes, root_bytes, max(r["ac_vs_no_ac"] for r in F2)))
 
 # %% [markdown] id="md-11-11"
-# On a real model the blocks dominate: a 32-block model resharded keeps one block's weights (1/32 of the
-# blocks') full at a time instead of all of them, which is why `reshard_after_forward=True` is the default. Common
-# practice (torchtitan) sets it `False` for the *last* block only: backward needs that block first,
-# so freeing and re-gathering it would be wasted bytes. Activation checkpointing trades compute (one
-# more forward per block) for activation memory, the largest term at long sequence lengths.
-#
+# The blocks dominate a real model: with resharding, a 32-block model holds one or two blocks' full weights at a time instead of all 32. Activation checkpointing trades one more forward per block for activation memory, which grows with batch size and sequence length.
+
+# %% [markdown] id="md-11-42"
 # ### 2.3 `MixedPrecisionPolicy`
 #
-# `fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`
-# keeps the **sharded** parameters, their gradients and the optimiser state in fp32 (the *master
-# weights*), casts each shard to bf16 **before** the all-gather (half the bytes on the wire, checked
-# above), computes in bf16, and reduce-scatters the gradients in `reduce_dtype`. What the program saw:
+# With `MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)`, the sharded parameters, gradients and optimizer state stay fp32 (the *master weights*). Each shard is cast to bf16 **before** the all-gather (half the bytes), the block computes in bf16, and gradients are reduce-scattered in `reduce_dtype`:
 
 # %%
 mpd = F2[0]["mixed_precision"]
@@ -337,16 +278,12 @@ print(f"all-gathers: {ag_bf16} bytes in {({c['dtype'] for c in mp_calls if c['op
 print(check_mixed_precision(mpd, rs_dtypes))
 
 # %% [markdown] id="md-11-12"
-# On CPU ranks bf16 saves communication bytes but rarely time: most CPUs have no fast bf16 matrix
-# units, so the casts cost more than the matmuls gain (the plain script below therefore defaults to
-# fp32). On GPUs bf16 compute is several times faster than fp32, and this policy is the default in
-# practice.
-#
+# On CPU ranks bf16 saves bytes on the wire; whether it saves time depends on the CPU's bf16 support, so the plain script below uses fp32.
+
+# %% [markdown] id="md-11-43"
 # ### 2.4 A sharded checkpoint: DCP with `get_state_dict` / `set_state_dict`
 #
-# Chapter 10 saved with `torch.distributed.checkpoint` (DCP); with FSDP2 it matters more, because no
-# rank holds the whole model. The state-dict API gives **sharded** state dicts (DTensors; optimiser
-# state keyed by parameter name), DCP writes each rank's shards in parallel:
+# With FSDP2 no rank holds the whole model. `get_state_dict` returns **sharded** state dicts (DTensors; optimizer state keyed by parameter name), and DCP writes each rank's shards:
 
 # %%
 show_code("disttutor.programs.fsdp2", "dcp")
@@ -362,9 +299,7 @@ print(check_fsdp_checkpoint(F2, n))
 # %% [markdown] id="md-11-13"
 # ### 2.5 The same, as a plain script to keep
 #
-# `disttutor/plain/fsdp2.py` is all of the above that you would copy into your own project, torch
-# only: `fully_shard` per block then the root, a few AdamW steps, a DCP save and reload. It runs
-# as `torchrun --nproc-per-node 2 fsdp2.py` on CPU (gloo) and unchanged on GPUs (NCCL):
+# `disttutor/plain/fsdp2.py` is section 2 in torch only: `fully_shard` per block then the root, a few AdamW steps, a DCP save and reload. Run it as `torchrun --nproc-per-node 2 fsdp2.py`, on CPU (gloo) or GPUs (NCCL):
 
 # %%
 show_code("disttutor.plain.fsdp2")
@@ -372,12 +307,10 @@ show_code("disttutor.plain.fsdp2")
 # %% [markdown] id="md-11-14"
 # ### 2.6 FSDP1's flat parameter vs FSDP2's per-parameter shards
 #
-# Torch's first FSDP (`FullyShardedDataParallel`, "FSDP1") and this course's scratch FSDP
-# (`disttutor/scratch/fsdp.py`, Exercise 11.2) **flatten** a unit's parameters into one
-# `FlatParameter` and shard that vector. FSDP2 (`fully_shard`) shards **every parameter on its own**,
-# as a DTensor along dim 0. The program wrapped the same small model both ways and listed
-# `named_parameters()`, then froze `blocks.0.up.weight` *after* wrapping (`requires_grad_(False)`,
-# the usual fine-tuning move) and took one SGD step:
+# torch's first FSDP (`FullyShardedDataParallel`, "FSDP1") and the scratch FSDP of Exercise 11.2 **flatten** a unit's parameters into one vector and shard it. FSDP2 shards **every parameter on its own**, as a DTensor along dim 0.
+
+# %% [markdown] id="md-11-44"
+# The program wrapped one small model both ways and listed its parameters. Then it froze `blocks.0.up.weight` *after* wrapping (the usual fine-tuning move) and took one SGD step:
 
 # %%
 views = F2[0]["views"]
@@ -396,45 +329,29 @@ print(check_flat_vs_per_param(views))
 # %% [markdown] id="md-11-15"
 # What changes for you:
 #
-# * **Inspecting `model.parameters()`.** With a flat parameter you see one anonymous 1-D shard; the
-#   names, shapes and per-weight statistics (gradient norms, weight decay groups by name) are gone
-#   until you ask the wrapper to gather them (FSDP1's `summon_full_params`). With FSDP2 every
-#   parameter keeps its name and its global shape; `p.to_local()` is this rank's rows,
-#   `p.full_tensor()` gathers it.
-# * **Freezing one weight.** In the flat design `requires_grad` belongs to the whole flat vector: the
-#   frozen weight above *kept training*, silently. FSDP1 therefore requires every parameter of a unit
-#   to share `requires_grad` (or `use_orig_params=True`, which fakes per-parameter views on the flat
-#   storage). FSDP2 freezes exactly that weight: it got no gradient and did not move.
-# * **Why the flat design existed**: one all-gather of one contiguous buffer per unit is the fastest
-#   communication. FSDP2 keeps that — it copies the unit's shards into one buffer before each
-#   all-gather (`all_gather_copy_in`, inside a profiler trace's `FSDP::all_gather` regions) and the
-#   gathered buffer back out into each parameter's full tensor after it (the `FSDP::all_gather_copy_out`
-#   regions) — while the user sees
-#   ordinary, named, DTensor parameters. That is why FSDP2 composes with tensor parallelism on a 2D
-#   mesh (section 3) and with DCP, and FSDP1 is deprecated.
-# * torch's FSDP1 needs an accelerator (the line above), so the flat view here is the course's own.
+# * **Inspecting parameters.** A flat design shows one anonymous 1-D shard. With FSDP2 each parameter keeps its name and global shape; `p.to_local()` is this rank's rows, `p.full_tensor()` gathers it.
+
+# %% [markdown] id="md-11-55"
+# * **Freezing one weight.** In the flat design `requires_grad` belongs to the whole vector, so the weight frozen above *kept training*. FSDP1 therefore requires one `requires_grad` per unit unless `use_orig_params=True`; FSDP2 froze exactly that weight.
+
+# %% [markdown] id="md-11-45"
+# * **Why flatten at all**: one contiguous all-gather per unit is fast. FSDP2 keeps that: it copies the unit's shards into one buffer before the all-gather (`all_gather_copy_in`) and back out into each parameter after it (`FSDP::all_gather_copy_out`).
+# * torch's FSDP1 needs an accelerator (the error above), so the flat view here is the course's own.
 
 # %% [markdown] id="md-11-16"
 # ## Exercise 11.2 — FSDP from scratch (the flat design)
 #
-# Now build the flat-parameter design yourself, one unit (the whole module). The skeleton below has
-# everything but the communication: `__init__` flattens the *trainable* parameters into one fp32
-# vector, pads it to a multiple of the world size and keeps this rank's slice as the only
-# `nn.Parameter` (the master shard: the optimiser sees only it); `_Unit`, a `torch.autograd.Function`,
-# is the unit's boundary — its forward calls your `gather` before the module runs, its backward calls
-# your `reduce_scatter` when backward reaches the unit; `forward` runs the module on views of the
-# gathered vector (`torch.func.functional_call`). You write three methods:
+# Build the flat design yourself, with one unit (the whole module). The skeleton flattens the trainable parameters into one fp32 vector, pads it to a multiple of the world size, and keeps this rank's slice as the only `nn.Parameter`. Its `_Unit` (a `torch.autograd.Function`) calls your `gather` before the module runs and your `reduce_scatter` in backward.
+
+# %% [markdown] id="md-11-46"
+# You write three methods:
 #
-# 1. `free(params)` — after sharding, the full copies must stop being trainable **and** stop taking
-#    memory;
-# 2. `gather(shard, dtype)` — every rank's shard, in rank order, as one vector in `dtype`
-#    (`dist.all_gather_single`; older code calls it `all_gather_into_tensor`, deprecated in torch 2.13);
-# 3. `reduce_scatter(grad_full)` — the gradient of the whole padded vector → this rank's slice of
-#    the **average** over ranks, in fp32 (`dist.reduce_scatter_single`; formerly `reduce_scatter_tensor`).
-#
-# The checker trains `tiny_lm` (tied embedding, frozen positional embedding) with SGD first (AdamW
-# would not notice a gradient summed instead of averaged: Adam divides by the gradient's own size),
-# then AdamW in fp32 and bf16, against one process; it also adds up what every rank stores.
+# 1. `free(params)` — the full copies stop being trainable **and** stop taking memory;
+# 2. `gather(shard, dtype)` — every rank's shard, in rank order, as one vector in `dtype` (`dist.all_gather_single`; `all_gather_into_tensor` is its deprecated name);
+# 3. `reduce_scatter(grad_full)` — this rank's slice of the **average** gradient, in fp32 (`dist.reduce_scatter_single`).
+
+# %% [markdown] id="md-11-47"
+# The checker trains `tiny_lm` against one process with SGD first (Adam would barely notice a sum instead of an average), then AdamW in fp32 and bf16. It also adds up what every rank stores.
 
 # %%
 card("11.2")
@@ -510,11 +427,10 @@ print(check_fsdp(FSDP))
 # %% [markdown] id="md-11-17"
 # ## 3. Tensor parallelism: split the layers, not the batch
 #
-# FSDP still runs every layer whole on every rank (after gathering it). **Tensor parallelism**
-# (Megatron-LM, Shoeybi et al. 2019) splits each layer's matrices, so no rank ever holds a whole
-# layer. PyTorch expresses it with **DTensor**: a tensor plus a *placement* on a device mesh.
-# `disttutor/programs/tensor_parallel.py` shows the placements on 4 real ranks — a 4×4 tensor
-# `0..15`, and a `Partial()` tensor whose value is the *sum* of what the ranks hold:
+# FSDP still runs every layer whole on every rank. **Tensor parallelism** (TP; Megatron-LM, Shoeybi et al. 2019) splits each layer's matrices, so no rank holds a whole layer.
+
+# %% [markdown] id="md-11-48"
+# PyTorch expresses it with **DTensor**: a tensor plus a *placement* on a *device mesh* (the ranks arranged in a grid). The `tensor_parallel` program shows each placement on 4 ranks for a 4×4 tensor `0..15`; a `Partial()` tensor's value is the *sum* of what the ranks hold:
 
 # %%
 tp = disttutor.launch("tensor_parallel", nproc=4, **LAUNCH)
@@ -525,12 +441,10 @@ for pl in tp.results[0]["placements"]:
 print(check_tp_placements([r["placements"] for r in tp.results]))
 
 # %% [markdown] id="md-11-18"
-# `parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})` splits the
-# first Linear's output features (each rank computes some hidden units, no communication) and the
-# second's input features (each rank's partial product must be **summed**: one all-reduce). In
-# backward it is the mirror: the column-split layer's input gradient is partial, one all-reduce.
-# Attention splits by **heads** the same way (q, k, v column-wise, output projection row-wise).
-# Both are checked against the unsplit module, and `CommDebugMode` counts what ran:
+# `parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})` splits the first Linear's outputs (no communication) and the second's inputs (partial products, summed by one all-reduce). In backward, the column-split layer's input gradient is partial: one all-reduce.
+
+# %% [markdown] id="md-11-49"
+# Attention splits by **heads** the same way (q, k, v column-wise, the output projection row-wise). `CommDebugMode` counts the collectives, and both blocks are checked against the unsplit module:
 
 # %%
 for block in ("mlp", "attention"):
@@ -543,10 +457,7 @@ print(check_tp_blocks(tp.results))
 # %% [markdown] id="md-11-19"
 # ### A 2D mesh: FSDP × TP on 4 ranks
 #
-# Large jobs compose: TP inside a node (fast links, an all-reduce per block), FSDP or DP across
-# nodes. `init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))`, `parallelize_module` on
-# `mesh["tp"]`, `fully_shard` on `mesh["dp"]`: 3 AdamW steps, compared with one process on the
-# full batch. To see who stores what, the first weight started as its own element indices:
+# Large jobs compose: TP inside a node (fast links, all-reduces in every block), FSDP across nodes. The program runs `parallelize_module` on `mesh["tp"]` and `fully_shard` on `mesh["dp"]` of `init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))`, 3 AdamW steps against one process. The first weight starts as its element indices, to show who stores what:
 
 # %%
 m2 = [r["mesh_2d"] for r in tp.results]
@@ -560,13 +471,10 @@ viz.mesh_figure(tp.results)
 plt.show()
 
 # %% [markdown] id="md-11-20"
-# **`_StridedShard(dim=0, sf=2)`**, in the placements just printed, is what FSDP's `Shard(0)`
-# becomes when tensor parallelism has split the same dimension first. `ColwiseParallel` gave each
-# TP rank a contiguous block of `mlp[0].weight`'s rows; `fully_shard` on the `dp` mesh dimension then
-# split *each TP rank's block* in two. Seen from the dp dimension alone, dp rank 0's rows are not
-# one contiguous slice of the global weight but `sf = 2` pieces (one inside each TP block), a
-# *strided* shard — and DTensor records that, so that `full_tensor()` and DCP put the rows back in
-# the right order. The rows each rank stores, from the element indices it reported:
+# **`_StridedShard(dim=0, sf=2)`**, in the placements above, is FSDP's `Shard(0)` after TP has split the same dimension. `ColwiseParallel` gave each TP rank a block of rows; `fully_shard` then split *each block* in two.
+
+# %% [markdown] id="md-11-50"
+# So dp rank 0's rows are `sf = 2` pieces, one in each TP block, not one slice. DTensor records that, so `full_tensor()` and DCP put the rows back in order. The rows each rank stores:
 
 # %%
 rows_of = {}
@@ -582,29 +490,40 @@ print(f"dp rank 0 (both of its tp ranks) holds rows {dp0[:len(dp0) // 2][0]}..{d
 assert not contiguous and "_StridedShard(dim=0, sf=2)" in m2[0]["placements"]["0.weight"]
 
 # %% [markdown] id="md-11-21"
-# Chapter 12, *Splitting one layer: tensor, sequence, context and expert parallelism*, takes tensor
-# parallelism further: written from scratch, with sequence, context and expert parallelism beside it.
+# Chapter 12 takes this further: TP written from scratch, with sequence, context and expert parallelism beside it.
+
+# %% [markdown] id="md-11-51"
+# ## 4. The article's outlook, checked
 #
-# ## 4. Where the field stands — the article's outlook, corrected
+# The article's §11.2 lists five "future trends"; each box says what PyTorch ships today.
 #
-# The article's §11.2 lists five "future trends". Checked against PyTorch today:
+# <details><summary><b>The article says</b> 自动化并行, e.g. <code>torch.distributed.fsdp</code></summary>
 #
-# | the article says | today |
-# |---|---|
-# | 1. 自动化并行, e.g. `torch.distributed.fsdp` | FSDP is **sharding**, not automatic parallelisation: you choose the units and the mesh. It ships (FSDP1 since 1.11; **FSDP2 `fully_shard`** on DTensor, used above). Automatic planners exist in research and in compilers, not as PyTorch's default. |
-# | 2. 更高效的通信算法: 3D并行、张量并行 | 3D and tensor parallelism are **ways to split the work**, not communication algorithms. "3D" = data × tensor × pipeline; today's large jobs add **context (sequence) parallelism** and expert parallelism, composed on an N-D `DeviceMesh`. Shipped: DTensor, `parallelize_module`, `torch.distributed.pipelining` (chapter 7), `torch.distributed.checkpoint`, elastic `torchrun` (chapters 5, 10). |
-# | 3. 云原生 / Kubernetes | Shipped outside PyTorch: the Kubeflow Training Operator's `PyTorchJob` (`kubeflow.org/v1`) runs one pod per node and injects `MASTER_ADDR`, `MASTER_PORT` and `PET_NODE_RANK`; the manifest chapter 5 generated (`disttutor.multinode.cluster.pytorchjob_manifest`) passes them to `torchrun` as `--master-addr`/`--master-port`/`--node-rank` — a static rendezvous in which the operator numbers the pods. (Kubeflow Trainer v2's `TrainJob` is the successor API; not generated here.) |
-# | 4. 异构计算 (CPU, GPU, TPU) | PyTorch runs on many device types (CUDA, ROCm, MPS, XPU, TPU through PyTorch/XLA), but one job mixing different accelerators is still rare; CPU offload of optimiser state (FSDP's `CPUOffloadPolicy`) is the common heterogeneous case. |
-# | 5. 联邦学习 | A different problem, not a kind of data parallelism — below. |
+# Today: FSDP is sharding, not automatic parallelism: you choose the units and the mesh (sections 1–2). FSDP2's `fully_shard` is the version used above.
+# </details>
 #
-# The article's "best practices" (§11.3) — start small, monitor, pin versions, checkpoint and
-# resume, optimise from measurements — are what chapters 0–10 did; fault tolerance is chapter 10.
+# <details><summary><b>The article says</b> 更高效的通信算法: 3D并行、张量并行</summary>
 #
+# Today: 3D (data × tensor × pipeline) and tensor parallelism are ways to split the work, not communication algorithms. They compose on an N-D `DeviceMesh` (section 3; pipelines, chapter 7).
+# </details>
+#
+# <details><summary><b>The article says</b> 云原生 / Kubernetes</summary>
+#
+# Today: this lives outside PyTorch; chapter 5 generated a Kubeflow `PyTorchJob` manifest that starts `torchrun` in every pod.
+# </details>
+#
+# <details><summary><b>The article says</b> 异构计算 (CPU, GPU, TPU)</summary>
+#
+# Today: one job mixing different accelerators is rare; offloading shards to CPU memory (FSDP2's `CPUOffloadPolicy`) is the common heterogeneous case.
+# </details>
+
+# %% [markdown] id="md-11-52"
+# The article's best practices (§11.3: start small, monitor, pin versions, checkpoint and resume, optimise from measurements) are what chapters 0–10 did.
+
+# %% [markdown] id="md-11-53"
 # ### Federated averaging next to data parallelism
 #
-# In **federated learning** (McMahan et al., 2017) the data stays with its owner: each client
-# trains *several steps* on its own data, and only the weights are averaged, once per round.
-# `disttutor/programs/fedavg.py` runs both on 2 ranks, each owning half the data:
+# The article's fifth trend, **federated learning** (FedAvg, McMahan et al., 2017), keeps the data with its owner. Each client trains *several steps* on its own data, and only the weights are averaged, once per round. The `fedavg` program runs both on 2 ranks, each owning half the data:
 
 # %%
 fed = disttutor.launch("fedavg", nproc=2, **LAUNCH).results[0]
@@ -616,16 +535,10 @@ print("losses on all data:", {k: round(v, 4) for k, v in fed["loss"].items()})
 print(check_fedavg(fed))
 
 # %% [markdown] id="md-11-22"
-# With one local step FedAvg *is* data parallelism (the average of `w − lr·g_r` is
-# `w − lr·mean(g_r)`). With more, it communicates `local_steps` times less but is no longer the
-# same optimisation: each client walks toward its own data's optimum (client drift), and real
-# clients have unequal, differently distributed data, drop out, and must not reveal their data
-# (secure aggregation, differential privacy). Data parallelism's promise — *exactly* the
-# single-process result — holds only for the first row.
-#
-# **What to read next**: the PyTorch FSDP2 and tensor-parallel tutorials; *TorchTitan* (a
-# reference for composing FSDP2 × TP × PP × context parallelism with `torch.distributed`); the
-# ZeRO and Megatron-LM papers; McMahan et al. for FedAvg.
+# With one local step FedAvg *is* data parallelism (the average of `w − lr·g_r` is `w − lr·mean(g_r)`). With more, it communicates less but optimises something else: each client drifts toward its own data's optimum (the second difference above).
+
+# %% [markdown] id="md-11-54"
+# **What to read next**: the PyTorch FSDP2 and tensor-parallel tutorials; TorchTitan (FSDP2 × TP × PP × context parallelism composed); the ZeRO and Megatron-LM papers.
 #
 # ## What this chapter measured
 
@@ -643,8 +556,8 @@ print(f"load average: {LOAD:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 # %% [markdown] id="md-11-23" tags=["takeaways"]
 # ## Key takeaways
 #
-# * ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3/FSDP the parameters too: each rank's model states shrink towards 16/n bytes per parameter.
-# * FSDP all-gathers parameters before use and reduce-scatters gradients after: about 1.5 × DDP's bytes, in exchange for memory.
+# * ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3/FSDP the parameters too: FSDP's model states are 16/n bytes per parameter.
+# * FSDP all-gathers parameters before use and reduce-scatters gradients after: 1.5 × DDP's bytes by the ring formula (2 × on gloo), in exchange for memory.
 # * Tensor parallelism splits each layer's matrices; DTensor placements (`Shard`, `Replicate`, `Partial`) say who holds what.
 # * A 2D mesh combines them: TP inside a node, FSDP across nodes — every result here compared with one process.
 # * Federated averaging with one local step is data parallelism; with more it communicates less but optimises something else.
@@ -680,7 +593,7 @@ reveal("11.q1", my_prediction, measured, rel_tol=0.1,  # 10 %: padding and uneve
 answer("11.q2")
 
 # %% [markdown] id="md-11-26" tags=["question"]
-# **Question 11.3.** FSDP all-gathers parameters in forward and reduce-scatters gradients in backward. Why is its traffic about 1.5 × DDP's, and how can you get it back to DDP's?
+# **Question 11.3.** FSDP all-gathers parameters in forward and reduce-scatters gradients in backward. Why does it send about 1.5 × DDP's bytes (ring formula, native reduce-scatter), and how can you get it back to DDP's?
 
 # %%
 answer("11.q3")
