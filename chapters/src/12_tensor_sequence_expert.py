@@ -295,7 +295,7 @@ print(check_ring_attention(CP, TOL))  # n - 1 steps of the ring
 # Every rank sends the same bytes, but the causal *work* is uneven: rank `r` computes `r + 1` of
 # the `n` blocks. torch's experimental `context_parallel` (its head-tail load balancer) and
 # Megatron's CP balance it by giving each rank one chunk from each end of the sequence. This ring
-# runs the forward only; a training implementation runs a second ring in backward.
+# runs the forward only; training also needs a backward that moves the blocks again.
 
 # %% [markdown] id="md-12-29"
 # ## Exercise 12.2 — the online-softmax merge
@@ -379,7 +379,7 @@ Markdown(f"Each rank routed {sum(EP[0]['tokens_per_expert'])} (token, expert) pa
 # %% [markdown] id="md-12-16"
 # ## 5. DTensor placements, drawn from what the ranks hold
 #
-# `parallelize_module` and FSDP2 store every parameter as a **DTensor**: one logical tensor, a
+# `parallelize_module` and FSDP2 store the parameters they split as **DTensors**: one logical tensor, a
 # **device mesh** (the ranks in a grid, one dimension per kind of parallelism) and one
 # **placement** per mesh dimension. `Shard(d)` cuts along tensor dimension `d`, `Replicate()` keeps
 # a full copy on each rank, and `Partial()` keeps a full-shaped *addend* per rank (the logical tensor
@@ -434,7 +434,7 @@ Markdown(f"Under `(Shard(0), Shard(0))` mesh coordinate (0, 1) holds rows {neste
 # %% [markdown] id="md-12-18"
 # ## 6. The same, as a plain script
 #
-# Section 1's DTensor MLP in one file of plain torch: `torchrun --nproc-per-node 2
+# Section 1's `parallelize_module` split in one file of plain torch: `torchrun --nproc-per-node 2
 # disttutor/plain/tp.py` (gloo on CPU; NCCL and one GPU per rank where there are GPUs). It splits an
 # MLP with `parallelize_module` and checks output and gradients against the unsplit copy:
 
