@@ -1,15 +1,18 @@
 # %% [markdown] id="md-12-01"
 # # Chapter 12 — Splitting one layer: tensor, sequence, context and expert parallelism
 #
-# *Not in the article: what practitioners use every day after data parallelism and FSDP.*
+# *The article names tensor parallelism only in its outlook (§11.2); this is what practitioners use
+# after data parallelism and FSDP.*
 #
-# FSDP (chapter 11) shards the *storage* of a model, but every rank still runs every layer whole,
-# on its own part of the batch. When one layer's activations or one sequence no longer fit, or
-# when the batch cannot grow any more, the work of **one layer** has to be split. The
-# Ultra-Scale Playbook (Hugging Face, 2025, *reported*) orders the techniques by the memory each one
-# relieves: data parallelism → ZeRO/FSDP → **tensor** → **sequence** → **context** → pipeline →
-# **expert** parallelism. This chapter builds the four in bold from scratch on CPU ranks, compares
-# each with one process running the unsplit module, and counts the collectives each one calls.
+# FSDP (chapter 11) shards a model's *storage*, but every rank still runs every layer whole, on its
+# own part of the batch. When one layer's activations or one sequence no longer fit, the work of
+# **one layer** has to be split.
+
+# %% [markdown] id="md-12-23"
+# The Ultra-Scale Playbook (Hugging Face, 2025, *reported*) presents the techniques in this order:
+# data parallelism → ZeRO/FSDP → **tensor** → **sequence** → **context** → pipeline → **expert**
+# parallelism. This chapter builds the four in bold from scratch on CPU ranks, compares each with
+# the unsplit module in one process, and counts the collectives each one calls.
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
@@ -19,14 +22,11 @@ disttutor.course.chapters.header(12)
 
 # %% [markdown] id="md-12-02" tags=["opening"]
 # **After this chapter you can**
-# - split an MLP and an attention block over ranks by hand (Megatron's column- then row-parallel
-#   layers and their `f`/`g` operators) and with torch's `parallelize_module`, and say where each
-#   all-reduce comes from;
-# - explain what sequence parallelism changes (all-gather / reduce-scatter instead of all-reduce,
-#   sequence-sharded LayerNorm and dropout) and measure the activation memory it saves;
-# - run attention over a sequence split across ranks (ring attention with the online softmax) and a
-#   mixture-of-experts layer whose experts live on different ranks (`all_to_all_single`), and read
-#   DTensor placements, `_StridedShard` included, from a picture.
+# - split an MLP and an attention block over ranks by hand (Megatron's column- and row-parallel
+#   layers) and with torch's `parallelize_module`, and say where each all-reduce comes from;
+# - say what sequence parallelism changes and measure the activation memory it saves;
+# - run attention over a sequence split across ranks (ring attention), spread a mixture-of-experts
+#   layer over ranks (`all_to_all_single`), and read DTensor placements from a picture.
 
 # %%
 import os
@@ -59,57 +59,50 @@ def verdict(diff: float) -> str:
 # %% [markdown] id="md-12-03"
 # ## 1. Tensor parallelism: split the matrices of a layer
 #
-# **Tensor parallelism** (TP) splits each weight matrix of a layer over `t` ranks; every rank sees
-# the *same* input (the batch is not split) and computes part of the layer. For the feed-forward
-# block `Linear(d, h) → GELU → Linear(h, d)`, Megatron-LM (Shoeybi et al., 2019) found the split
-# that needs no communication in the middle:
+# **Tensor parallelism** (TP) splits each weight matrix of a layer over `t` ranks. Every rank sees
+# the *same* input (the batch is not split) and computes part of the layer. For the block
+# `Linear(d, h) → GELU → Linear(h, d)`, Megatron-LM (Shoeybi et al., 2019) found a split with no
+# communication in the middle:
 #
-# - the first Linear is **column-parallel**: each rank owns `h/t` of its output units (a block of
-#   rows of the weight `[h, d]`) and computes them from the whole input. GELU acts element by
-#   element, so it runs on those units as they are;
-# - the second Linear is **row-parallel**: each rank owns the matching `h/t` *input* rows of its
-#   computation (a block of columns of the weight `[d, h]`) and multiplies its hidden units by them.
-#   That gives every output in full size but as a **partial sum** over this rank's hidden units; one
-#   all-reduce adds the ranks' parts.
-#
-# Megatron writes the communication as two **conjugate operators** (two functions whose forward and
-# backward swap roles): `f` at the entry of the parallel region (forward: identity; backward:
-# all-reduce, because each rank's input gradient only covers its own hidden units) and `g` at the
-# exit (forward: all-reduce; backward: identity, because the output is the same on every rank, and
-# so is its gradient). From `disttutor/tensor_parallel/tp.py`:
+# - the first Linear is **column-parallel**: each rank owns `h/t` output units (a block of rows of
+#   the weight `[h, d]`); GELU acts element by element, so it runs on them as they are;
+# - the second Linear is **row-parallel**: each rank owns the matching `h/t` input units (a block
+#   of columns of `[d, h]`), so its output is a **partial sum**; one all-reduce adds the ranks' parts.
+
+# %% [markdown] id="md-12-24"
+# Megatron writes the communication as two **conjugate operators** (forward and backward swap
+# roles). `f` enters the parallel region: identity forward, all-reduce backward (each rank's input
+# gradient covers only its own hidden units). `g` leaves it: all-reduce forward, identity backward
+# (the output, and so its gradient, is the same on every rank):
 
 # %%
 show_code("disttutor.tensor_parallel.tp", "conjugates")
 
 # %% [markdown] id="md-12-04"
-# `CopyToTP.forward` returns a view of its input: there is nothing to send, the input is already on
-# every rank. `ReduceFromTP.forward` clones before the all-reduce, because `dist.all_reduce` works in
-# place and autograd's input must stay as it was. The layers that use them:
+# `CopyToTP.forward` returns a view: the input is already on every rank. `ReduceFromTP.forward`
+# clones first, because `dist.all_reduce` works in place and autograd's input must stay as it was.
+# The layers that use them:
 
 # %%
 show_code("disttutor.tensor_parallel.tp", "layers")
 
 # %% [markdown] id="md-12-05"
-# The row-parallel layer adds its bias **after** the all-reduce: added before it, every rank's
-# copy would be summed and the bias would count `t` times. Attention splits the same way by
-# **heads**: `q`, `k`, `v` column-parallel in multiples of the head size (each rank computes
-# `heads/t` whole heads, and attention itself needs no communication), the output projection
-# row-parallel (`TPAttention` in the same file).
-#
-# torch ships this as `torch.distributed.tensor.parallel`: `parallelize_module(module, mesh, plan)`
-# replaces the weights named in the plan with **DTensor** shards (a DTensor is a tensor plus a
-# *placement* on a device mesh, section 5) and installs hooks on the modules' inputs and outputs
-# that play `f` and `g`:
+# The row-parallel layer adds its bias **after** the all-reduce; added before, it would count `t`
+# times. Attention splits by **heads**: `q`, `k`, `v` column-parallel (each rank computes `heads/t`
+# whole heads, with no communication), the output projection row-parallel (`TPAttention`).
+
+# %% [markdown] id="md-12-25"
+# torch ships this as `torch.distributed.tensor.parallel`. `parallelize_module(module, mesh, plan)`
+# replaces the weights named in the plan with **DTensor** shards (a tensor plus a *placement* on a
+# device mesh, section 5) and hooks the modules' inputs and outputs to play `f` and `g`:
 
 # %%
 show_code("disttutor.programs.tensor_sequence_expert", "tp_plan")
 
 # %% [markdown] id="md-12-06"
-# One launch on 2 ranks runs both versions of the MLP and of the attention block, compares the
-# output, the input's gradient and every weight's gradient with the unsplit module in one process,
-# and records the collectives: the from-scratch modules through a wrapper around
-# `torch.distributed`'s functions (`disttutor/tensor_parallel/counting.py`), DTensor through torch's
-# own `CommDebugMode` (DTensor calls functional collectives, which the wrapper does not see).
+# One launch on 2 ranks runs both versions of the MLP and the attention block. It compares the
+# output and every gradient with the unsplit module in one process, and counts the collectives
+# (for DTensor with torch's `CommDebugMode`).
 
 # %%
 tp = disttutor.launch(PROGRAM, nproc=2, args={"part": "tp"}, **LAUNCH)
@@ -135,19 +128,26 @@ print(f"DTensor attention, backward: {att['backward']['all_reduce']} all-reduces
       + ", ".join(f"{k} {v}" for k, v in att["local_shapes"].items() if k.endswith("weight")))
 
 # %% [markdown] id="md-12-07"
-# The measured difference is a design point, not a bug: torch's plan is per module, so three
-# column-parallel layers that read the same input each reduce their own share of its gradient. A
-# fused `qkv` Linear (one `ColwiseParallel`), or `PrepareModuleInput` on the attention module,
-# brings it back to one. Counting the collectives is how you notice.
+# The extra all-reduces are a design point, not a bug: torch's plan is per module, so three
+# column-parallel layers reading the same input each reduce their own share of its gradient. A
+# fused `qkv` Linear (one `ColwiseParallel`) reduces it once, as the MLP's first layer does above.
 #
+# <details><summary><b>The article says</b> tensor parallelism and 3D parallelism are "more
+# efficient communication algorithms" (§11.2)</summary>
+#
+# Today: they are ways to split the model, and they add communication. The counts above show an
+# all-reduce inside every block in forward and another in backward, on top of what data
+# parallelism sends.
+# </details>
+
+# %% [markdown] id="md-12-26"
 # ## Exercise 12.1 — the row-parallel linear's backward
 #
 # Here the row-parallel layer is one `torch.autograd.Function` whose forward is given:
-# `y = all_reduce(x_shard @ w_shard.T) + bias`, with `x_shard` `[tokens, in/t]` (this rank's
-# hidden units), `w_shard` `[out, in/t]` (this rank's columns of the weight) and `bias` whole.
-# Write `backward(ctx, grad_y)`: return the gradients of `x_shard`, `w_shard` and `bias`. Think
-# first about whether it needs to communicate. The checker compares each rank's gradients with the
-# matching slices of an unsplit `nn.Linear`'s, and records every collective your backward calls.
+# `y = all_reduce(x_shard @ w_shard.T) + bias`, with `x_shard` `[tokens, in/t]`, `w_shard`
+# `[out, in/t]` and `bias` whole. Write `backward(ctx, grad_y)` returning the gradients of the three,
+# and decide first whether it needs to communicate. The checker compares them with slices of an
+# unsplit `nn.Linear`'s gradients and records every collective your backward calls.
 
 # %%
 card("12.1")
@@ -175,39 +175,37 @@ print(check_row_parallel(RowParallelLinear))
 # %% [markdown] id="md-12-08"
 # ## 2. Sequence parallelism: shard what tensor parallelism leaves whole
 #
-# Tensor parallelism splits the matrices, but LayerNorm, dropout and the residual add sit outside
-# the parallel region: under TP every rank runs them on the **whole** sequence and stores their
-# activations whole. **Sequence parallelism** (SP; Korthikanti et al., 2022) runs those regions on
-# `seq/t` tokens per rank instead. The all-reduce then splits into its two halves (an all-reduce
-# *is* a reduce-scatter followed by an all-gather), placed around the block:
+# Under TP, LayerNorm, dropout and the residual add sit outside the parallel region: every rank
+# runs them on the **whole** sequence and stores their activations whole. **Sequence
+# parallelism** (SP; Korthikanti et al., 2022) runs them on `seq/t` tokens per rank. The
+# all-reduce splits into its two halves (a reduce-scatter then an all-gather), placed around the block:
 #
-# - **all-gather** the sequence shards just before the column-parallel layer (which needs every
-#   token); its backward is a **reduce-scatter** of the input gradient;
-# - **reduce-scatter** the row-parallel layer's partial sums: each rank receives the *summed* output
-#   of its own tokens only; its backward is an all-gather.
-#
+# - **all-gather** the sequence shards before the column-parallel layer (it needs every token);
+#   backward: a **reduce-scatter** of the input gradient;
+# - **reduce-scatter** the row-parallel layer's partial sums, so each rank gets the summed output of
+#   its own tokens; backward: an all-gather.
+
+# %% [markdown] id="md-12-27"
 # Activations are laid out `[seq, batch, dim]` (Megatron's layout), so a sequence shard is
-# contiguous and the collectives work on dimension 0. They use the names torch 2.13 recommends,
-# `dist.all_gather_single` and `dist.reduce_scatter_single` (older code, and chapter 11's, spells
-# them `all_gather_into_tensor` and `reduce_scatter_tensor`, now deprecated aliases).
+# contiguous along dimension 0. The collectives are `dist.all_gather_single` and
+# `dist.reduce_scatter_single`; torch 2.13 marks the older names, `all_gather_into_tensor` and
+# `reduce_scatter_tensor`, deprecated.
 
 # %%
 show_code("disttutor.tensor_parallel.sp", "sp_ops")
 
 # %% [markdown] id="md-12-09"
-# The block itself, and the one duty SP adds: LayerNorm's weight and bias (and the output bias)
-# are replicated, but each rank now computes them from its own tokens only, so their gradients are
-# partial sums and need one all-reduce after backward (under plain TP every rank saw every token and
-# the gradients were already equal):
+# SP adds one duty. LayerNorm's weight and bias (and the output bias) are replicated, but each rank
+# now computes their gradients from its own tokens only: partial sums, completed by one all-reduce
+# after backward.
 
 # %%
 show_code("disttutor.tensor_parallel.sp", "sp_block")
 
 # %% [markdown] id="md-12-10"
-# One launch runs the block three ways on the same data and the same dropout mask (each rank draws
-# the full mask from one seed and keeps its slice): unsplit in one process, with TP, with SP. It
-# measures the bytes autograd keeps for backward (every tensor an operation saves, seen through
-# `torch.autograd.graph.saved_tensors_hooks`, parameters left out).
+# One launch runs the block three ways on the same data and dropout mask: unsplit in one process,
+# with TP, with SP. It measures the bytes autograd keeps for backward (every tensor an operation
+# saves, seen through `torch.autograd.graph.saved_tensors_hooks`, parameters left out).
 
 # %%
 sp = disttutor.launch(PROGRAM, nproc=2, args={"part": "sp"}, **LAUNCH)
@@ -225,8 +223,8 @@ for mode in ("tp", "sp"):
 print(check_sp_collectives(sp.results, TOL))
 
 # %% [markdown] id="md-12-11"
-# Where the bytes go, tensor by tensor (shapes as autograd saved them; `[seq, batch, dim]` with
-# seq 16, batch 2, dim 16, hidden 32, on 2 ranks):
+# Where the bytes go, tensor by tensor (seq 16, batch 2, dim 16, hidden 32 on 2 ranks, so 16
+# hidden units each; a Linear saves its input flattened to `[32 tokens, 16]`):
 
 # %%
 for mode in ("tp", "sp"):
@@ -259,24 +257,24 @@ Markdown(f"Measured: SP keeps **{sp_b:,} bytes** per rank for backward where TP 
 # %% [markdown] id="md-12-12"
 # ## 3. Context parallelism: ring attention
 #
-# Sequence parallelism still gathers the whole sequence for attention. For very long sequences
-# (a million tokens), **context parallelism** (CP) keeps the sequence split *through* attention.
-# Attention needs every query against every earlier key, so the keys and values travel: **ring
-# attention** (Liu et al., 2023) passes each rank's key/value block to the next rank, `n - 1` times,
-# while each rank computes its queries against the block it holds. No rank ever sees all the scores;
-# each step yields the softmax over *one block* of keys, and the **online softmax** (the trick of
-# FlashAttention) merges those partial results exactly. A block's result is its output `out` (already
-# normalised by its own softmax denominator) and `lse`, the **log-sum-exp** of its scores (the log of
-# that denominator). Over two blocks the denominator is `e^lse_a + e^lse_b`, so:
+# SP still gathers the whole sequence for attention. **Context parallelism** (CP) keeps the
+# sequence split *through* attention, for sequences too long for one rank. In **ring attention**
+# (Liu et al., 2023) each rank passes its key/value block to the next rank, `n - 1` times, while it
+# computes its queries against the block it holds.
+
+# %% [markdown] id="md-12-28"
+# No rank sees all the scores: each step gives the softmax over *one block* of keys. The **online
+# softmax** (the trick FlashAttention uses) merges those results exactly. A block's result is its
+# output (normalised by its own softmax denominator) and `lse`, the **log-sum-exp** of its scores
+# (the log of that denominator); over two blocks the denominator is `e^lse_a + e^lse_b`:
 
 # %%
 show_code("disttutor.tensor_parallel.ring_attention", "merge")
 
 # %% [markdown] id="md-12-13"
-# The ring: post the send of the current block and the receive of the next one, compute with the
-# current one meanwhile, wait, swap. With a causal mask, keys from a *later* rank are all in the
-# future of my queries: that block is skipped (it still passes through, so the ring stays the same
-# on every rank), and the block of my own rank gets the causal mask inside it.
+# The ring: post the send of the current block and the receive of the next, compute meanwhile,
+# wait, swap. With a causal mask, a *later* rank's keys are all in my queries' future: that block is
+# skipped but still passed on, and my own block gets the causal mask inside it.
 
 # %%
 show_code("disttutor.tensor_parallel.ring_attention", "ring")
@@ -294,20 +292,19 @@ for rank, r in enumerate(CP):
 print(check_ring_attention(CP, TOL))  # n - 1 steps of the ring
 
 # %% [markdown] id="md-12-14"
-# Every rank sends the same bytes, but with the causal mask the *work* is uneven: rank `r` computes
-# `r + 1` of the `n` blocks (rank 0 only its own). Production implementations (torch's experimental
-# `context_parallel`, Megatron's CP) give each rank two chunks, one from each end of the sequence
-# ("zig-zag"), to balance it. The forward here is exact; the backward runs the ring again with the
-# gradients.
-#
+# Every rank sends the same bytes, but the causal *work* is uneven: rank `r` computes `r + 1` of
+# the `n` blocks. torch's experimental `context_parallel` (its head-tail load balancer) and
+# Megatron's CP balance it by giving each rank one chunk from each end of the sequence. This ring
+# runs the forward only; training also needs a backward that moves the blocks again.
+
+# %% [markdown] id="md-12-29"
 # ## Exercise 12.2 — the online-softmax merge
 #
-# Write `merge(out_a, lse_a, out_b, lse_b) -> (out, lse)` without looking at the code above (or
-# after, but then without copying): `out_*` are `[..., queries, d]` attention outputs over two
-# disjoint blocks of keys, `lse_*` their log-sum-exps `[..., queries]`. The checker tries cases
-# aimed at the usual mistakes (blocks of different size, scores large enough to overflow `exp`,
-# blocks that saw no key at all: `lse = -inf`, output 0), then runs the ring with your merge on the
-# ranks against full causal attention.
+# Write `merge(out_a, lse_a, out_b, lse_b) -> (out, lse)` without copying the code above: `out_*`
+# are `[..., queries, d]` outputs over two disjoint key blocks, `lse_*` their log-sum-exps
+# `[..., queries]`. The checker tries the usual traps (blocks of different size, scores that
+# overflow `exp`, a block that saw no key: `lse = -inf`, output 0). Then it runs the ring with your
+# merge against full causal attention.
 
 # %%
 card("12.2")
@@ -327,14 +324,15 @@ print(check_merge(merge))
 # ## 4. Expert parallelism: a mixture of experts over the ranks
 #
 # A **mixture-of-experts** (MoE) layer replaces one feed-forward block by `E` of them, the
-# **experts**, and a **router**: a Linear that scores each token against each expert. Each token is
-# sent to its **top-k** experts and their outputs are summed, weighted by the **gates** (a softmax
-# over the k chosen scores). The parameters grow `E` times, the compute per token only `k` times.
-# **Expert parallelism** (EP) puts `E/n` experts on each rank; the tokens stay where they are (each
-# rank has its own batch, as in data parallelism) and travel to their experts and back with
-# **all-to-all** (`dist.all_to_all_single`: rank `i`'s `j`-th chunk goes to rank `j`, chunks of any
-# sizes). One layer is three of them: the counts, so that every rank knows how much it will receive;
-# the tokens (**dispatch**); the experts' outputs back (**combine**).
+# **experts**, plus a **router**: a Linear that scores each token against each expert. Each token
+# goes to its **top-k** experts, whose outputs are summed, weighted by the **gates** (a softmax over
+# the k chosen scores). The experts' parameters grow `E` times, their compute per token `k` times.
+
+# %% [markdown] id="md-12-30"
+# **Expert parallelism** (EP) puts `E/n` experts on each rank; each rank keeps its own batch and
+# sends tokens to their experts and back with **all-to-all** (`dist.all_to_all_single`: rank `i`'s
+# `j`-th chunk goes to rank `j`, chunks of any size). One layer makes three: the counts (so each
+# rank knows how much it will receive), the tokens (**dispatch**), the outputs back (**combine**).
 
 # %%
 show_code("disttutor.tensor_parallel.moe", "ep")
@@ -381,13 +379,15 @@ Markdown(f"Each rank routed {sum(EP[0]['tokens_per_expert'])} (token, expert) pa
 # %% [markdown] id="md-12-16"
 # ## 5. DTensor placements, drawn from what the ranks hold
 #
-# `parallelize_module` and FSDP2 store every parameter as a **DTensor**: one logical tensor, a
-# **device mesh** (the ranks arranged in a grid, one dimension per kind of parallelism) and one
-# **placement** per mesh dimension: `Shard(d)` (cut along tensor dimension `d`, one piece per rank),
-# `Replicate()` (a full copy on each rank) or `Partial()` (each rank holds a full-shaped *addend*; the
-# logical tensor is their sum, made real only when asked: the output of a row-parallel layer before
-# its all-reduce is exactly this). On 4 ranks, tensors whose elements are their own indices, so that
-# `to_local()` says which elements a rank stores:
+# `parallelize_module` and FSDP2 store the parameters they split as **DTensors**: one logical tensor, a
+# **device mesh** (the ranks in a grid, one dimension per kind of parallelism) and one
+# **placement** per mesh dimension. `Shard(d)` cuts along tensor dimension `d`, `Replicate()` keeps
+# a full copy on each rank, and `Partial()` keeps a full-shaped *addend* per rank (the logical tensor
+# is their sum, like a row-parallel output before its all-reduce).
+
+# %% [markdown] id="md-12-31"
+# On 4 ranks, with tensors whose elements are their own indices, `to_local()` shows which elements
+# each rank stores:
 
 # %%
 pl = disttutor.launch(PROGRAM, nproc=4, args={"part": "placements"}, **LAUNCH)
@@ -398,12 +398,14 @@ ONE = [r["placements"]["one_dim"] for r in pl.results]
 print(check_one_dim_placements(ONE))
 
 # %% [markdown] id="md-12-17"
-# On a 2-D mesh `(dp=2, tp=2)` a placement is given **per mesh dimension**, read left to right:
+# On a 2-D mesh `(dp=2, tp=2)` a placement is given **per mesh dimension**, left to right.
 # `(Shard(0), Shard(1))` cuts rows over `dp` and columns over `tp`; `(Shard(0), Shard(0))` cuts rows
-# over `dp`, then each half's rows again over `tp`; `(Replicate(), Shard(0))` copies over `dp` and
-# cuts rows over `tp` (what a TP weight looks like to data parallelism). The last panel is what
-# chapter 11's 2-D training does to a weight: `ColwiseParallel` shards its rows over `tp` **first**,
-# then FSDP2's `fully_shard` shards *each TP shard's* rows over `dp`:
+# over `dp`, then each half's rows over `tp`; `(Replicate(), Shard(0))` copies over `dp` and cuts
+# rows over `tp`.
+
+# %% [markdown] id="md-12-32"
+# The last panel is FSDP2 over TP (chapter 11's 2-D mesh): `ColwiseParallel` shards a weight's rows
+# over `tp` **first**, then `fully_shard` shards *each TP shard's* rows over `dp`:
 
 # %%
 viz.two_dim_figure(pl.results);
@@ -432,9 +434,9 @@ Markdown(f"Under `(Shard(0), Shard(0))` mesh coordinate (0, 1) holds rows {neste
 # %% [markdown] id="md-12-18"
 # ## 6. The same, as a plain script
 #
-# Everything above in one file you can copy: torch only, `torchrun --nproc-per-node 2
-# disttutor/plain/tp.py` on CPU (gloo), unchanged on GPUs (NCCL, one GPU per rank). It splits an MLP
-# with `parallelize_module` and checks output and gradients against the unsplit copy:
+# Section 1's `parallelize_module` split in one file of plain torch: `torchrun --nproc-per-node 2
+# disttutor/plain/tp.py` (gloo on CPU; NCCL and one GPU per rank where there are GPUs). It splits an
+# MLP with `parallelize_module` and checks output and gradients against the unsplit copy:
 
 # %%
 show_code("disttutor.plain.tp")
@@ -442,18 +444,17 @@ show_code("disttutor.plain.tp")
 # %% [markdown] id="md-12-19" tags=["takeaways"]
 # ## Key takeaways
 #
-# - **Tensor parallelism** splits a layer's matrices: column-parallel then row-parallel, with `f`
-#   (all-reduce in backward) and `g` (all-reduce in forward): one all-reduce each way per block. The
-#   bias of the row layer is added once, after the sum.
+# - **Tensor parallelism** splits a layer's matrices, column- then row-parallel: one all-reduce in
+#   forward (`g`) and one in backward (`f`) per block; the row layer's bias is added after the sum.
 # - **Sequence parallelism** turns that all-reduce into an all-gather and a reduce-scatter (the same
-#   bytes on a ring) and shards LayerNorm, dropout and the residual over the sequence: less
-#   activation memory, plus one small all-reduce of LayerNorm's gradients.
+#   ring bytes) and shards LayerNorm and dropout over the sequence: less activation memory, plus
+#   one small all-reduce of LayerNorm's gradients.
 # - **Context parallelism** keeps the sequence split through attention: key/value blocks travel a
 #   ring (`n - 1` sends per rank) and the online softmax merges the partial results exactly.
-# - **Expert parallelism** spreads the experts of an MoE layer and moves the tokens with three
-#   all-to-alls (counts, dispatch, combine); how the router spreads tokens decides each rank's load.
-# - A **DTensor** is a logical tensor with one placement per mesh dimension (`Shard`, `Replicate`,
-#   `Partial`); `_StridedShard` marks a dimension sharded right to left (FSDP2 over TP).
+# - **Expert parallelism** spreads an MoE layer's experts and moves tokens with three all-to-alls;
+#   the router decides each rank's load.
+# - A **DTensor** has one placement per mesh dimension; `_StridedShard` marks right-to-left sharding
+#   (FSDP2 over TP).
 
 # %% [markdown] id="md-12-20" tags=["question"]
 # ## Check your understanding
@@ -463,10 +464,9 @@ show_code("disttutor.plain.tp")
 #
 # <details><summary>Answer</summary>
 #
-# The all-reduce sums what every rank holds. Added before, the bias would be in each of the `t`
-# addends and the output would carry `t × bias`. Added after, once, to the summed output (which every
-# rank then has), it counts once; its gradient is the whole output gradient summed over tokens, on
-# every rank, with no division (Exercise 12.1).
+# The all-reduce sums what every rank holds, so a bias added before would be in all `t` addends:
+# the output would carry `t × bias`. Added once, after the sum, it counts once. Its gradient is the
+# output gradient summed over tokens, on every rank, with no division (Exercise 12.1).
 # </details>
 
 # %% [markdown] id="md-12-21" tags=["question"]
@@ -475,10 +475,9 @@ show_code("disttutor.plain.tp")
 #
 # <details><summary>Answer</summary>
 #
-# In the regions TP leaves replicated: LayerNorm's input and statistics, the dropout mask and the
-# residual stream are stored for `seq/t` tokens per rank instead of all of them (section 2 measured
-# it tensor by tensor). LayerNorm's weights are still replicated, but each rank now computes their
-# gradient from its own tokens only: a partial sum, which one all-reduce completes.
+# In the regions TP leaves replicated: LayerNorm's input and statistics and the dropout mask are
+# stored for `seq/t` tokens per rank (section 2 measured it). LayerNorm's weights stay replicated,
+# but each rank computes their gradient from its own tokens: a partial sum, completed by one all-reduce.
 # </details>
 
 # %% [markdown] id="md-12-22" tags=["question"]
