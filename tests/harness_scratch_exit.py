@@ -47,7 +47,9 @@ def worker(rank: int, world: int, port: int, steps: int) -> None:
             own = 2 if kind == "naive" else 1
             held[kind] += any(t._use_count() > own for t in sent)
             opt.step()
-    print(json.dumps({"rank": rank, "steps": steps, "held": held}), flush=True)
+    # One write(2) of under PIPE_BUF bytes: atomic on a pipe, so the two ranks' lines never interleave
+    # (print() may split the text and its newline into two writes, and the ranks share the parent's stdout).
+    os.write(1, (json.dumps({"rank": rank, "steps": steps, "held": held}) + "\n").encode())
 
 
 if __name__ == "__main__":
