@@ -183,3 +183,37 @@ def test_a_failing_on_progress_stops_the_job(tmp_path, no_leftovers):
     with pytest.raises(RuntimeError, match="plot failed at step 1"):
         disttutor.launch(str(script), 2, ["60"], stream=False, timeout=90, on_progress=broken)
     assert time.perf_counter() - t0 < 45  # stopped at once, not after the ranks' 60 s sleep
+
+
+def test_tee_lines_join_a_rank_line_that_torchrun_split():
+    """torchrun's --tee reads a line a rank is still writing as a partial one, so two ranks can share a line."""
+    from disttutor.launcher.stream import TeeLines
+
+    tee = TeeLines()
+    assert tee.feed("[default0]:hal[default1]:a whole line") == [(1, "a whole line")]
+    assert tee.feed("torchrun's own line") == [(None, "torchrun's own line")]
+    assert tee.feed("[default0]:f of it") == [(0, "half of it")]
+    assert tee.feed("[default1]:no newline at the end[default1]: yet") == [(1, "no newline at the end yet")]
+    assert tee.feed("[default2]:left open") == [(2, "left open")]
+    tee.feed("[default3]:unfinished[default2]:x")
+    assert tee.rest() == [(3, "unfinished")] and tee.rest() == []
+
+
+@pytest.mark.timeout(150)
+def test_a_line_written_in_two_pieces_reaches_the_log_whole(tmp_path, no_leftovers):
+    """Each rank writes half a line, waits past torchrun's tail interval (0.1 s), then the rest: every log line is
+    one rank's whole line, never two ranks' text glued together."""
+    script = tmp_path / "pieces.py"
+    script.write_text(
+        "import sys, time\n"
+        "from disttutor.rank import runtime\n"
+        "with runtime.setup() as ctx:\n"
+        "    for i in range(3):\n"
+        "        sys.stdout.write(f'rank {ctx.rank} line {i} first half, '); sys.stdout.flush()\n"
+        "        time.sleep(0.4)\n"
+        "        print(f'second half of rank {ctx.rank} line {i}', flush=True)\n"
+        "    runtime.report(done=True)\n")
+    res = disttutor.launch(str(script), 2, stream=False, timeout=90)
+    for r in res.ranks:
+        mine = [ln for ln in r.log if "half" in ln]
+        assert mine == [f"rank {r.rank} line {i} first half, second half of rank {r.rank} line {i}" for i in range(3)], r.log

@@ -42,14 +42,12 @@ from disttutor.launcher.collect import collect
 from disttutor.launcher.defaults import BACKENDS, default_backend, gpus_env, rank_env
 from disttutor.contract.options import check_args, to_argv
 from disttutor.contract.procs import PRCTL, kill_tree, tie_to_parent
-from disttutor.launcher.stream import Display, label as _label, progress as _progress
+from disttutor.launcher.stream import Display, TeeLines, label as _label, progress as _progress
 from disttutor.launcher.results import LaunchError, LaunchInterrupted, LaunchTimeout, RunResult
 from disttutor.contract.machine import usable_cores
 
 __all__ = ["launch", "resolve_program", "free_port", "max_procs", "default_backend"]
 
-# torchrun --tee prefixes each worker line with "[<role><local_rank>]:".
-_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 # torch's own excepthook adds "[rankN]:" to traceback lines; one prefix is enough.
 _TORCH_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 
@@ -287,7 +285,7 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
                 preexec_fn=functools.partial(tie_to_parent, signal.SIGTERM, os.getpid()) if PRCTL else None)
             procs.append(p)
             threading.Thread(target=_pump, args=(node, p.stdout, q), daemon=True).start()
-        open_streams, deadline = nnodes, t0 + timeout
+        open_streams, deadline, tees = nnodes, t0 + timeout, [TeeLines() for _ in range(nnodes)]
         while open_streams:
             left = deadline - time.perf_counter()
             if left <= 0:
@@ -296,22 +294,21 @@ def launch(program: str, nproc: int = 2, args: Sequence[Any] | Mapping[str, Any]
                 node, line = q.get(timeout=min(left, 0.25))
             except queue.Empty:
                 continue
-            if line is None:
-                open_streams -= 1
-                continue
-            m = _PREFIX.match(line)
-            if m is None:
-                agent_log.append(line if nnodes == 1 else f"[node {node}] {line}")
-                continue
-            local, text = int(m.group(1)), _TORCH_PREFIX.sub("", m.group(2), count=1)
-            if text.startswith(contract.PROGRESS_TAG):
-                bar = _progress(bar, text[len(contract.PROGRESS_TAG):], stream)
-                if on_progress is not None:
-                    _notify(on_progress, text[len(contract.PROGRESS_TAG):])
-                continue
-            logs.setdefault((node, local), []).append(text)
-            if stream:
-                shown.line(_label(labels, node, local, nnodes, run_dir), text)
+            pieces = tees[node].rest() if line is None else tees[node].feed(line)  # --tee: "[defaultN]:" lines
+            open_streams -= line is None
+            for local, text in pieces:
+                if local is None:
+                    agent_log.append(text if nnodes == 1 else f"[node {node}] {text}")
+                    continue
+                text = _TORCH_PREFIX.sub("", text, count=1)
+                if text.startswith(contract.PROGRESS_TAG):
+                    bar = _progress(bar, text[len(contract.PROGRESS_TAG):], stream)
+                    if on_progress is not None:
+                        _notify(on_progress, text[len(contract.PROGRESS_TAG):])
+                    continue
+                logs.setdefault((node, local), []).append(text)
+                if stream:
+                    shown.line(_label(labels, node, local, nnodes, run_dir), text)
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.perf_counter()))
     except (TimeoutError, subprocess.TimeoutExpired):

@@ -130,3 +130,37 @@ def progress(bar, payload: str, show: bool):
         bar.set_postfix(d["metrics"], refresh=False)
     bar.refresh()
     return bar
+
+
+# torchrun --tee copies each worker's output file to its own stdout line by line, "[defaultN]:" first. It
+# reads a line the worker is still writing as a partial one (torch's tail_logfile: readline at EOF), so two
+# ranks' text can share one line of the agent's output -- "[default0]:hal[default1]:a whole line" -- and the
+# rest of rank 0's line comes later as "[default0]:f of it".
+_TEE = re.compile(r"\[default(\d+)\]:")
+
+
+class TeeLines:
+    """Each worker's lines out of one agent's --tee output, its partial pieces joined back in order."""
+
+    def __init__(self) -> None:
+        self._partial: dict[int, str] = {}
+
+    def feed(self, line: str) -> list[tuple[int | None, str]]:
+        """One line of the agent's output -> its complete lines: (local rank, text), or (None, the agent's own)."""
+        if not _TEE.match(line):
+            return [(None, line)]
+        heads = list(_TEE.finditer(line))
+        out = []
+        for i, h in enumerate(heads):
+            local = int(h.group(1))
+            text = self._partial.pop(local, "") + line[h.end():heads[i + 1].start() if i + 1 < len(heads) else None]
+            if i + 1 < len(heads):
+                self._partial[local] = text  # no newline came after it: the line goes on in a later piece
+            else:
+                out.append((local, text))
+        return out
+
+    def rest(self) -> list[tuple[int, str]]:
+        """What workers wrote after their last newline (said at the end, as lines of their own)."""
+        left, self._partial = sorted(self._partial.items()), {}
+        return left
