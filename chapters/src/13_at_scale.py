@@ -51,8 +51,8 @@ print(f"{CORES} CPU cores; load average now {os.getloadavg()[0]:.1f}")
 # $$t_\text{all-reduce} = \alpha + \frac{2(n-1)}{n}\cdot\frac{S}{B}, \qquad
 #   t_\text{all-gather} = t_\text{reduce-scatter} = \alpha + \frac{n-1}{n}\cdot\frac{S}{B}$$
 #
-# (S the gathered tensor, or the scattered input), and $\alpha + S/B$ for a send/recv. No algorithm moves
-# fewer bytes per rank, so nccl-tests (`doc/PERFORMANCE.md`) prints the **bus bandwidth**
+# (S the gathered tensor, or the scattered input), and $\alpha + S/B$ for a send/recv. No algorithm built from
+# point-to-point sends moves fewer bytes per rank, so nccl-tests (`doc/PERFORMANCE.md`) prints the **bus bandwidth**
 # `busbw = (S/t) × factor(n)`: one number to compare with the link's rating, whatever `n`.
 #
 # To measure $t$, time a collective the way it behaves in training: warm up first, start the ranks
@@ -84,8 +84,8 @@ f"median of 5: {statistics.median(slowest.tolist()) * 1e3:.2f} ms"
 
 # %% [markdown] id="md-13-07"
 # Both ranks print the same median: after the `MAX` all-reduce they hold the same times. Timing rank 0
-# alone, or skipping the warm-up or the barrier, measures something else. The program `scale_bench` runs
-# the same loop for all four collectives at five sizes (median of 5 calls), plus square matmuls on every rank
+# alone, or skipping the warm-up or the barrier, measures something else. The program `scale_bench` times
+# all four collectives the same way at five sizes (median of 5 calls), plus square matmuls on every rank
 # at once and one checkpoint save (used in section 6). A straight-line fit per collective gives α and B:
 
 # %%
@@ -118,13 +118,13 @@ print(sorted(links), "each with alpha >= 0 and bandwidth > 0:",
       all(l.alpha >= 0 and l.bandwidth > 0 for l in links.values()))
 
 # %% [markdown] id="md-13-04"
-# Here the "network" is gloo over the loopback interface. Each collective gets its own α and bandwidth,
+# Without GPUs the "network" is gloo over the loopback interface (with a GPU per rank, NCCL). Each collective gets its own α and bandwidth,
 # and on gloo they differ (the table above); the model needs no reason, only the two numbers.
 #
 # ## 2. Predict, then measure: three runs of earlier chapters
 #
 # With $n$ ranks, $b$ rows per rank and layer widths $d_0, d_1, \dots$, forward and backward of an MLP
-# cost $6\,b\sum_\ell d_\ell d_{\ell+1}$ FLOPs (2 per multiply-add forward, twice that backward). The model adds
+# cost about $6\,b\sum_\ell d_\ell d_{\ell+1}$ FLOPs (2 per multiply-add forward, twice that backward). The model adds
 # the parts, assuming no overlap:
 #
 # * chapter 4's DDP (`ddp_scratch --time`, MLP 16 → 512 → 512 → 512 → 4, 512 rows on 2 ranks, one bucket):
@@ -151,7 +151,7 @@ print(format_table([{"run": k, **{f"{part} ms": round(v * 1e3, 2) for part, v in
                     for k, p in pred.items()]))
 
 # %% [markdown] id="md-13-05"
-# Now the runs, right after the fit (so both see the same machine):
+# Now the runs, right after the fit; the load average before and after says whether the machine stayed the same:
 
 # %%
 load_before = os.getloadavg()[0]
@@ -187,7 +187,8 @@ print(f"checked: predicted/measured {lo:.2f}-{hi:.2f}; every run outside 25 % na
 # **Reading it.** A ratio below 1 means the run took longer than α, β and γ account for. The model leaves
 # out work that is neither FLOPs nor bytes on the wire: the optimizer's element-wise update
 # (memory-bound), hooks and copies, Python between kernels. With tiny models that work is a large share
-# of a step, so here the model is a *lower bound*. On a GPU cluster these terms shrink (fused optimizers,
+# of a step, and other processes' load stretches every measured time: where the ratio is below 1, the model is
+# a *lower bound*. On a GPU cluster these terms shrink (fused optimizers,
 # Python running ahead of the GPU), so section 4 uses the same model with one calibration factor.
 
 # %% [markdown] id="md-13-08"
@@ -196,7 +197,7 @@ print(f"checked: predicted/measured {lo:.2f}-{hi:.2f}; every run outside 25 % na
 # The same formulas with published constants. Sources: the peak is NVIDIA's H100 SXM5 figure for dense
 # bf16 (the data sheet's 1,979 TFLOPS assumes 2:4 sparsity); NVLink 4 carries 900 GB/s per GPU in both
 # directions together, so 450 GB/s one way (*derived*); a 400 Gb/s NIC per GPU (Llama 3 paper §3.3.1,
-# torchtitan's `docs/performance.md`) is 50 GB/s line rate (*derived*); the two latencies are *assumed*.
+# torchtitan's `llama3_h100_202412_torchtitan.md`) is 50 GB/s line rate (*derived*); the two latencies are *assumed*.
 
 # %%
 print(format_table([{"constant": k, "value": v, "tag": t} for k, v, t, _ in hardware.H100.table()]))
@@ -222,7 +223,8 @@ print(f"peak compute: H100 {hardware.H100.peak_flops.value / 1e12:.1f} TFLOP/s (
 # ## 4. Checked against published runs
 #
 # Five published runs, each predicted by `planner.predict` from the H100 preset and the model's shape
-# (Llama 3 paper, Table 3, *reported*):
+# (Llama 3 paper, Table 3, *reported*; the vocabulary, 128,256, is the released `config.json`'s: Table 3 prints
+# 128,000):
 #
 # * **Llama 3 405B**, Table 4 of "The Llama 3 Herd of Models" (arXiv 2407.21783, §3.3.2), 16M tokens per
 #   batch, *reported*: 8,192 GPUs, TP 8 × PP 16 × DP 64, 8K tokens → 430 TFLOPs/GPU (43 % MFU); 16,384 GPUs,
@@ -231,7 +233,7 @@ print(f"peak compute: H100 {hardware.H100.peak_flops.value / 1e12:.1f} TFLOP/s (
 #   16 × 16)). Their FSDP shards the model, the optimizer state and the gradients, and does not reshard
 #   the weights after the forward; the nearest layout here is ZeRO-2 (one all-gather and one
 #   reduce-scatter per step, the weights counted whole in memory). Their interleaving depth `v = 4` is **assumed**.
-# * **torchtitan** `docs/performance.md`, Llama 3.1 8B, FSDP, local batch 2, selective activation
+# * **torchtitan** `llama3_h100_202412_torchtitan.md`, Llama 3.1 8B, FSDP, local batch 2, selective activation
 #   checkpointing, *reported*: 5,762 tokens/s/GPU on 8 H100s, 5,605 on 128. Sequence length 8,192 is
 #   **assumed** (the `llama3_8b.toml` default); those H100s were 500 W HBM2e parts, below the SXM peak.
 #
@@ -295,7 +297,7 @@ print(f"layouts multiply to the reported GPU counts {GPUS}; the 131K row as prin
 # * at the calibrated efficiency the model hides FSDP's traffic at 128 GPUs, so it predicts no loss from
 #   8 to 128 GPUs, where torchtitan reports a small one (printed above): overlap is never perfect;
 # * the **131K** row depends on how attention FLOPs are counted (here the PaLM paper's 12·L·h·s per token,
-#   no causal discount; Meta does not say); at 131K attention is more than half the FLOPs;
+#   no causal discount; Meta cites PaLM for MFU but gives no count); at 131K attention is more than half the FLOPs;
 # * the 8K Llama rows move with the assumed `v` (the bubble is (p − 1)/(v·m)).
 
 # %% [markdown] id="md-13-12"
@@ -314,7 +316,7 @@ print(f"layouts multiply to the reported GPU counts {GPUS}; the 131K row as prin
 # $$\frac{2hF}{y\,C} > \frac{2h}{W} \iff y < \frac{F\,W}{C}.$$
 # $P$ and $h$ cancel: the rules depend on the hardware ($C/W$) and, for TP, the MLP width.
 #
-# `planner.rank_layouts(shape, n_gpus, hardware, seq, global_batch, efficiency)` tries every layout (TP
+# `planner.rank_layouts(shape, n_gpus, hardware, seq, global_batch, efficiency)` tries every power-of-two layout (TP
 # within a node, PP, CP, DP; ZeRO-1 or FSDP; activation checkpointing or not), keeps those that fit in
 # memory (`planner.memory`, chapter 1's calculator extended), and sorts them by tokens/s/GPU. A 70B model
 # on 512 H100s, 8K sequences, 4M tokens per step, at the calibrated efficiency:
@@ -330,13 +332,14 @@ fig = viz.plot_step_split(best, "Llama 3 70B on 512 x H100 (derived)")
 plt.show()
 
 # %% [markdown] id="md-13-13"
-# Why this order: pure FSDP (DP 512) gives each replica 8,192 tokens, below $C/W$, so its traffic
-# shows; without TP its activations also need checkpointing (4/3 of the compute) to fit. A few-way TP
-# shrinks activations, multiplies the tokens per replica, and stays under $FW/C$; pipelines add a bubble;
-# 8-way TP exposes more all-reduce time than it saves. The model has no term for smaller, less efficient
+# Why this order: pure FSDP (DP 512) fits only with activation checkpointing (4/3 of the compute). Its
+# 8,192 tokens per replica are below $C/W$, yet its traffic hides: at the calibrated efficiency, attention's
+# FLOPs (which the rule leaves out) and the recomputation lengthen the compute. A few-way TP shrinks activations, multiplies
+# the tokens per replica, and stays under $FW/C$; pipelines add a bubble; 8-way TP exposes more than twice
+# 4-way's all-reduce time (the model never overlaps TP traffic). The model has no term for smaller, less efficient
 # matmuls at high TP; real planners measure that.
 #
-# The widget redraws the same for any model, GPU count, hardware, sequence and batch (run the notebook
+# The widget redraws the same for the three Llama 3 models, other GPU counts, H100 or H200, sequence and batch (run the notebook
 # in JupyterLab to use it; the figure above is its default):
 
 # %%
@@ -347,7 +350,8 @@ viz.planner_widget(efficiency=CAL)
 #
 # A synchronous job stops when any one of its GPUs does. Llama 3's paper (§3.3.4, Table 5) reports
 # **466 job interruptions in a 54-day snapshot, 419 of them unexpected**, on up to 16,384 GPUs. The
-# **mean time between failures** (MTBF) of the job, and of one GPU if the GPUs fail independently:
+# **mean time between failures** (MTBF) of the job, and of one GPU if the GPUs fail independently and every
+# interruption is charged to one (GPU issues were 58.7 % of them, *reported*):
 
 # %%
 job_mtbf = failures.mtbf_job(54 * 24 * failures.HOUR, 419)          # derived from reported figures
@@ -428,8 +432,8 @@ for name, value in MY.items():
 # %% [markdown] id="md-13-17" tags=["takeaways"]
 # ## Key takeaways
 #
-# * Three constants per machine (α per call, bandwidth per byte per collective, γ per FLOP) predict a
-#   matmul-dominated step; memory-bound work (optimizers, element-wise ops) and per-op overhead need more.
+# * Three constants per machine (α and bandwidth per collective, γ per FLOP) give a step's matmuls and
+#   transfers; memory-bound work (optimizers, element-wise ops) and per-op overhead come on top.
 # * The factors 2(n−1)/n and (n−1)/n turn any collective into bytes per rank: bus bandwidth is what to
 #   compare with a link's rating.
 # * At scale the model needs one calibration factor (kernel efficiency), and says where a row departs
