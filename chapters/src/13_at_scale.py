@@ -151,7 +151,7 @@ print(format_table([{"run": k, **{f"{part} ms": round(v * 1e3, 2) for part, v in
                     for k, p in pred.items()]))
 
 # %% [markdown] id="md-13-05"
-# Now the runs, right after the fit; the load average before and after says whether the machine stayed the same:
+# Now the runs, right after the fit (the load average before and after shows whether the machine changed):
 
 # %%
 load_before = os.getloadavg()[0]
@@ -223,8 +223,7 @@ print(f"peak compute: H100 {hardware.H100.peak_flops.value / 1e12:.1f} TFLOP/s (
 # ## 4. Checked against published runs
 #
 # Five published runs, each predicted by `planner.predict` from the H100 preset and the model's shape
-# (Llama 3 paper, Table 3, *reported*; the vocabulary, 128,256, is the released `config.json`'s: Table 3 prints
-# 128,000):
+# (Llama 3 paper, Table 3, *reported*; vocabulary 128,256: the released `config.json`, not Table 3's 128,000):
 #
 # * **Llama 3 405B**, Table 4 of "The Llama 3 Herd of Models" (arXiv 2407.21783, §3.3.2), 16M tokens per
 #   batch, *reported*: 8,192 GPUs, TP 8 × PP 16 × DP 64, 8K tokens → 430 TFLOPs/GPU (43 % MFU); 16,384 GPUs,
@@ -271,7 +270,7 @@ CAL = math.exp(sum(math.log(r) for r in ratios) / len(ratios))  # one factor: ge
 cal = [planner.predict(s, lay, hardware.H100, seq, gb, efficiency=CAL) for _, s, lay, seq, gb, _, _ in PUBLISHED]
 print(format_table([{"run": row[0], "metric": row[5], "published (reported)": row[6],
                      "predicted, peak (derived)": round(r), "published/predicted": round(row[6] / r, 2),
-                     f"predicted x{CAL:.2f}": round(metric_of(p, row[5])), "residual": round(row[6] / metric_of(p, row[5]), 2),
+                     f"predicted, {CAL:.2f} of peak": round(metric_of(p, row[5])), "residual": round(row[6] / metric_of(p, row[5]), 2),
                      "MFU predicted": f"{p.mfu:.0%}"}
                     for row, r, p in zip(PUBLISHED, raw, cal)]))
 print(f"one calibration factor for all rows (derived): efficiency = {CAL:.2f} of peak")
@@ -293,7 +292,8 @@ print(f"layouts multiply to the reported GPU counts {GPUS}; the 131K row as prin
 # most of that; not:
 #
 # * the model overestimates the **torchtitan** rows (residual below 1) and underestimates the Llama rows:
-#   torchtitan's GPUs had a lower peak than the preset (torchtitan's own note);
+#   torchtitan's GPUs had a lower peak than the preset (torchtitan's own note), and their selective
+#   recomputation is not modelled;
 # * at the calibrated efficiency the model hides FSDP's traffic at 128 GPUs, so it predicts no loss from
 #   8 to 128 GPUs, where torchtitan reports a small one (printed above): overlap is never perfect;
 # * the **131K** row depends on how attention FLOPs are counted (here the PaLM paper's 12·L·h·s per token,
