@@ -461,8 +461,9 @@ q1 = disttutor.launch("scale_bench", nproc=q1_n, stream=False, timeout=200,
 t = {r["bytes"]: r["time_s"] for r in q1.results[0]["rows"] if r["op"] == "all_reduce"}
 measured = t[4 << 20] / t[1 << 20]
 reveal("13.q1", my_prediction, measured, rel_tol=0.3,  # 30 %: a timed run on shared cores is noisy
-       explain=f"{t[1 << 20] * 1e3:.2f} ms, then {t[4 << 20] * 1e3:.2f} ms on {q1_n} ranks: near 4 the bytes "
-       "dominate, near 1 the latency α does.")
+       explain=f"{t[1 << 20] * 1e3:.2f} ms, then {t[4 << 20] * 1e3:.2f} ms on {q1_n} ranks: "
+       + ("near 4 the bytes dominate, near 1 the latency α does." if measured <= 4 else
+          "above 4, so more than α and B grew with the size (caches, other load)."))
 
 # %% [markdown] id="md-13-19" tags=["question"]
 # **Question 13.2.** α = 20 µs and a bus bandwidth of 100 GB/s, 8 ranks: at what message size does an all-reduce spend as long on latency as on moving bytes? What does that say about DDP's 25 MiB buckets?
