@@ -278,10 +278,10 @@ def _():
     s = alpha * busbw / f
     bucket = 25 * 2 ** 20
     share = bucket * f / busbw / (alpha + bucket * f / busbw)
-    return (f"An all-reduce of S bytes takes t = α + S·2(n−1)/n / busbw. The two terms are equal at "
-            f"S = α·busbw/(2(n−1)/n) = {alpha * 1e6:g} µs · {busbw / 1e9:g} GB/s / {f:.2f} = **{s / 1e6:.2f} MB** "
-            f"(n = {n}). A 25 MiB bucket spends {share:.1%} of its time moving bytes: DDP's buckets are large "
-            "so that α is paid rarely; a bucket per tensor would make small tensors latency-bound.")
+    return (f"- An all-reduce takes t = α + S·2(n−1)/n / busbw; the two terms are equal at S = α·busbw/(2(n−1)/n)\n"
+            f"- With n = {n}: {alpha * 1e6:g} µs · {busbw / 1e9:g} GB/s / {f:.2f} = **{s / 1e6:.2f} MB**\n"
+            f"- A 25 MiB bucket spends {share:.1%} of its time moving bytes: large buckets pay α rarely\n"
+            "- A bucket per tensor would leave small tensors latency-bound.")
 
 
 @_answer("13.q3")
@@ -289,7 +289,7 @@ def _():
     c, m = 60.0, 3 * 3600.0
     tau = math.sqrt(2 * c * m)
     lost = c / tau + tau / (2 * m)
-    return (f"τ = √(2CM) = √(2 · {c:g} s · {m:g} s) = **{tau:.0f} s** ({tau / 60:.0f} min). The fraction "
-            f"lost ≈ C/τ (saving) + τ/(2M) (rework, half an interval per failure) = {c / tau:.3f} + "
-            f"{tau / (2 * m):.3f} = **{lost:.1%}**, before the restart's own cost. Halving C lowers it by "
-            f"about 1/√2.")
+    return (f"- τ = √(2δM) = √(2 · {c:g} s · {m:g} s) = **{tau:.0f} s** ({tau / 60:.0f} min)\n"
+            f"- Lost ≈ δ/τ (saving) + τ/(2M) (rework, half an interval per failure) = {c / tau:.3f} + "
+            f"{tau / (2 * m):.3f} = **{lost:.1%}**, before the restart's own cost\n"
+            "- Halving δ lowers the loss by a factor of about √2.")

@@ -2,13 +2,13 @@
 training time that is left.
 
 Introduced in chapter 13 (at scale). With failures arriving at random (exponentially, rate
-``1/M`` for the whole job), checkpointing every ``tau`` seconds at cost ``C`` loses, per unit of
-time, ``C / tau`` to saving and, per failure, half an interval of lost work plus the restart ``R``.
+``1/M`` for the whole job), checkpointing every ``tau`` seconds at cost ``delta`` loses, per unit of
+time, ``delta / tau`` to saving and, per failure, half an interval of lost work plus the restart ``R``.
 To first order (Young 1974, "A first order approximation to the optimum checkpoint interval";
-Daly 2006 refines it for ``C`` not small next to ``M``)::
+Daly 2006 refines it for ``delta`` not small next to ``M``)::
 
-    tau_opt = sqrt(2 C M)
-    efficiency(tau) ~ 1 - C/tau - (tau/2 + R)/M
+    tau_opt = sqrt(2 delta M)
+    efficiency(tau) ~ 1 - delta/tau - (tau/2 + R)/M
 
 A job of ``n`` GPUs fails ``n`` times as often as one GPU: ``M_job = M_gpu / n``. Pure Python.
 """
@@ -36,7 +36,7 @@ def mtbf_for(n_gpus: int, gpu_mtbf_s: float) -> float:
 
 
 def young_daly(checkpoint_s: float, mtbf_s: float) -> float:
-    """Optimal interval between checkpoints, to first order: ``sqrt(2 C M)``."""
+    """Optimal interval between checkpoints, to first order: ``sqrt(2 delta M)`` (delta: ``checkpoint_s``)."""
     if checkpoint_s < 0 or not mtbf_s > 0:
         raise ValueError("need checkpoint cost >= 0 and MTBF > 0")
     return sqrt(2.0 * checkpoint_s * mtbf_s)

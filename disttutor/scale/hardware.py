@@ -66,7 +66,7 @@ NVLINK4 = Constant(450e9, "B/s", "derived",
                    "one direction = 900/2 = 450 GB/s")
 NIC_400G = Constant(50e9, "B/s", "derived",
                     "400 Gb/s per GPU (Llama 3 paper §3.3.1: RoCE and InfiniBand, 400 Gbps between GPUs; "
-                    "torchtitan docs/performance.md: 400 Gb/s per GPU) / 8 bits = 50 GB/s line rate")
+                    "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, formerly docs/performance.md: 400 Gb/s per GPU) / 8 bits = 50 GB/s line rate")
 # No published latency of a single NCCL call could be confirmed for these systems: an assumption,
 # of the order nccl-tests prints for small messages (tens of microseconds), labelled as such.
 ALPHA_NVLINK = Constant(10e-6, "s", "assumed", "order of magnitude, not a confirmed published figure")
@@ -77,7 +77,7 @@ H100 = Hardware(
     peak_flops=HOPPER_PEAK,
     memory_bytes=Constant(80e9, "B", "reported", "NVIDIA H100 SXM data sheet: 80 GB HBM3"),
     gpus_per_node=8, intra_bw=NVLINK4, inter_bw=NIC_400G, intra_alpha=ALPHA_NVLINK, inter_alpha=ALPHA_NET,
-    notes=("torchtitan's H100s (docs/performance.md) were 96 GB HBM2e parts at 500 W, whose peak lies "
+    notes=("torchtitan's H100s (benchmarks/llama3_h100_202412_torchtitan.md) were 96 GB HBM2e parts at 500 W, whose peak lies "
            "'between SXM and NVL' by torchtitan's own note: MFU against the SXM peak reads low.",))
 
 H200 = replace(

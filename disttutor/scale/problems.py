@@ -66,8 +66,8 @@ PROBLEMS: dict[str, Problem] = {
     "young_daly": Problem(
         "With that job MTBF and a checkpoint that stalls training for 60 s, how many minutes apart should "
         "checkpoints be (Young's first-order optimum)?", "min", _yd_min,
-        lambda: f"tau = sqrt(2 C M) = sqrt(2 * 60 s * {_llama_mtbf_h() * 3600:,.0f} s) = {_yd_min() * 60:,.0f} s = "
-                f"{_yd_min():.1f} min; useful fraction 1 - C/tau - tau/(2M) = "
+        lambda: f"tau = sqrt(2 delta M) = sqrt(2 * 60 s * {_llama_mtbf_h() * 3600:,.0f} s) = {_yd_min() * 60:,.0f} s = "
+                f"{_yd_min():.1f} min; useful fraction 1 - delta/tau - tau/(2M) = "
                 f"{failures.efficiency(_yd_min() * 60, 60, _llama_mtbf_h() * 3600):.1%} (before restart costs)",
         rel_tol=0.05),
     "bubble": Problem(

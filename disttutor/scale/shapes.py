@@ -3,8 +3,9 @@
 Introduced in chapter 13 (at scale). Llama-style (gated SwiGLU MLP, grouped-query attention,
 untied embeddings, no biases) and GPT-style (4h MLP, biases, learned positions, tied embeddings:
 exactly chapter 1's :func:`disttutor.sharding.memory.transformer_params`). Shapes of Llama 3 are *reported*
-(the Llama 3 paper, Table 3: layers, model dimension, FFN dimension, heads, key/value heads;
-vocabulary 128,256); everything computed from them is *derived*.
+(the Llama 3 paper, Table 3: layers, model dimension, FFN dimension, heads, key/value heads; the
+vocabulary, 128,256, is the released models' ``config.json``: Table 3 prints 128,000); everything
+computed from them is *derived*.
 """
 from __future__ import annotations
 
@@ -74,4 +75,5 @@ LLAMA3_70B = ModelShape("Llama 3 70B", 80, 8192, 64, 128256, ffn=28672, kv_heads
 LLAMA3_405B = ModelShape("Llama 3 405B", 126, 16384, 128, 128256, ffn=53248, kv_heads=8, gated=True, tied=False)
 SHAPES = {s.name: s for s in (LLAMA3_8B, LLAMA3_70B, LLAMA3_405B)}
 SHAPE_SOURCE = ("reported: Llama 3 paper (arXiv 2407.21783) Table 3 -- layers 32/80/126, model dimension "
-                "4,096/8,192/16,384, FFN 14,336/28,672/53,248, heads 32/64/128, KV heads 8, vocabulary 128,256")
+                "4,096/8,192/16,384, FFN 14,336/28,672/53,248, heads 32/64/128, KV heads 8; "
+                "vocabulary 128,256 from the released models' config.json (Table 3 prints 128,000)")

@@ -143,9 +143,9 @@ def plot_checkpoint_interval(checkpoint_s: float, mtbf_s: float, restart_s: floa
     ax.plot([x / 60 for x in xs], [failures.efficiency(x, checkpoint_s, mtbf_s, restart_s) for x in xs])
     eff = failures.efficiency(tau, checkpoint_s, mtbf_s, restart_s)
     ax.axvline(tau / 60, ls="--", color="gray")
-    ax.annotate(f"sqrt(2 C M) = {tau / 60:.0f} min: {eff:.1%} useful", (tau / 60, eff), xytext=(8, -28),
+    ax.annotate(f"τ = √(2δM) = {tau / 60:.0f} min: {eff:.1%} useful", (tau / 60, eff), xytext=(8, -28),
                 textcoords="offset points", fontsize=9)
     ax.set(xscale="log", xlabel="minutes between checkpoints", ylabel="useful fraction (derived)",
-           title=label or f"C = {checkpoint_s:.0f} s, job MTBF = {mtbf_s / 3600:.1f} h", ylim=(0, 1))
+           title=label or f"δ = {checkpoint_s:.0f} s, job MTBF = {mtbf_s / 3600:.1f} h", ylim=(0, 1))
     fig.tight_layout()
     return fig
