@@ -172,7 +172,7 @@ for k, v in envs[-1].items():
 # then the fix.
 # </details>
 #
-# First: is `torch.distributed.launch` still there? Its help, and the first line of its warning:
+# First: is `torch.distributed.launch` still there? Its `--help` exit code, and the first line of its warning:
 
 # %%
 proc = subprocess.run([sys.executable, "-m", "torch.distributed.launch", "--help"], capture_output=True,
@@ -337,7 +337,7 @@ for mode in ("static", "c10d"):
 # command per node, a Slurm script and a Kubernetes manifest. The rule for all three: **one torchrun per node,
 # one process per GPU, nothing spawns anything else.**
 
-# %% tags=["nbval-check-output"]
+# %%
 cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=4, gpus_per_node=4, module="disttutor.programs.whoami",
                             job_name="whoami-2x4", head="node0.cluster.local", port=29500, partition="gpu",
                             time_limit="00:10:00", image="pytorch/pytorch:latest", env={"NCCL_DEBUG": "WARN"},
@@ -373,7 +373,7 @@ card("5.1")
 # %%
 def node_command(node_rank, nnodes, nproc_per_node, head, port, job_id):
     """Exercise 5.1: torchrun's arguments for one node."""
-    raise NotImplementedError("Exercise 5.1")
+    raise NotImplementedError("Exercise 5.1: return torchrun's arguments")
 
 
 # %%
@@ -536,8 +536,8 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus
 # 3. **The hostname resolves to loopback.** `getent hosts $(hostname)`: Debian's and Ubuntu's `/etc/hosts` map
 #    it to `127.0.1.1`, which sends the other nodes to *themselves*. Pass IPs (`--rdzv-endpoint IP:PORT`,
 #    `--local-addr IP`).
-# 4. **The clocks disagree.** A c10d heartbeat carries the writer's clock and is compared with the reader's,
-#    so a node whose clock lags past the keep-alive window is dropped. Run NTP or chrony.
+# 4. **The clocks disagree.** `timedatectl`: a c10d heartbeat carries the writer's clock and is compared with
+#    the reader's, so a node whose clock lags past the keep-alive window is dropped. Run NTP or chrony.
 #
 # Also: one `--rdzv-id` and one torch version on all nodes. The first three checks, from Python, on this
 # machine: its interfaces, a port nothing listens on, and what its hostname resolves to.
