@@ -92,3 +92,32 @@ def test_read_identity_reads_only_torchrun_variables():
     ident = read_identity({"RANK": "3", "GROUP_RANK": "1", "HOME": "/x"})
     assert ident["RANK"] == "3" and ident["GROUP_RANK"] == "1" and ident["LOCAL_RANK"] is None
     assert "HOME" not in ident
+
+
+def test_chapter_claims_name_what_failed():
+    """The chapter's proof cells: each claim passes on a right run and names what failed on a wrong one."""
+    from disttutor.checks.claims import ch05
+
+    good = ["rank 0/2 on cpu: grad[0,0] = 12.0", "rank 1/2 on cpu: grad[0,0] = 12.0"]
+    assert "12.0" in ch05.check_train_script(True, good, world=2)
+    with pytest.raises(AssertionError, match="averaged gradient 12.0"):  # rank 1 kept its own gradient (no DDP)
+        ch05.check_train_script(True, [good[0], "rank 1/2 on cpu: grad[0,0] = 16.0"], world=2)
+    with pytest.raises(AssertionError, match="one line per rank"):
+        ch05.check_train_script(False, good[:1], world=2)
+
+    cmd = "torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=h:29500 --rdzv-id=j -m m"
+    assert "all 2 commands" in ch05.check_torchrun_parses([cmd, "X=1 " + cmd], 2, 4)
+    with pytest.raises(AssertionError, match="one endpoint"):
+        ch05.check_torchrun_parses([cmd, cmd.replace("h:29500", "h2:29500")], 2, 4)
+    with pytest.raises(AssertionError, match="nnodes"):
+        ch05.check_torchrun_parses([cmd.replace("--nnodes=2", "--nnodes=3")], 2, 4)
+
+    assert "parses" in ch05.check_bash_syntax(0, "")
+    with pytest.raises(AssertionError, match="unexpected EOF"):
+        ch05.check_bash_syntax(2, "job.sbatch: line 3: syntax error: unexpected EOF\n")
+
+    assert "all 2 ranks" in ch05.check_bad_interface(False, ["... find address for: nosuch0"] * 2, "nosuch0")
+    with pytest.raises(AssertionError, match="should fail"):
+        ch05.check_bad_interface(True, [None, None], "nosuch0")
+    with pytest.raises(AssertionError, match="naming|name nosuch0"):
+        ch05.check_bad_interface(False, ["timeout", "find address for: nosuch0"], "nosuch0")

@@ -94,8 +94,8 @@ EXERCISES: tuple[Exercise, ...] = (
              references=("disttutor.scratch.ddp", "disttutor.scratch.accumulate")),
     Exercise("5.1", 5, "torchrun command for a 2-node job", "node_command",
              "disttutor.checks.cluster:check_node_command", "solutions/ex5_1_node_command.py", (
-                 "Every node runs the same torchrun command with c10d rendezvous: the nodes meet at the "
-                 "head's host:port and agree on their ranks themselves.",
+                 "Every node runs the same torchrun command; with c10d the nodes meet at the head's host:port "
+                 "and number themselves.",
                  "--nnodes, --nproc-per-node, --rdzv-backend=c10d, --rdzv-endpoint=HEAD:PORT, one --rdzv-id "
                  "shared by all nodes, then -m disttutor.programs.whoami."),
              difficulty="warm-up", minutes=15),

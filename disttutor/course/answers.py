@@ -124,24 +124,22 @@ def _():
 
 @_answer("5.q2")
 def _():
-    return ("The node that arrived waits in the rendezvous until the join timeout (torchrun's c10d rendezvous "
-            "waits 600 s by default, `--rdzv-conf join_timeout=...`) and then fails; no training code runs "
-            "before every node has joined. Check, in this order: every node's command has the same `--nnodes`, "
-            "`--rdzv-id` and `--rdzv-endpoint`; the endpoint's host name resolves on every node to an address "
-            "they can reach (not 127.0.1.1 from /etc/hosts); the port is open between the nodes (firewall); "
-            "and, once the rendezvous forms, the backend uses the right interface (`GLOO_SOCKET_IFNAME`, "
-            "`NCCL_SOCKET_IFNAME`).")
+    return ("- The node that arrived waits up to the rendezvous' join timeout (600 s by default), then fails: no "
+            "training code runs\n"
+            "- Check first that every node's command has the same `--nnodes`, `--rdzv-id` and `--rdzv-endpoint`\n"
+            "- Then that the endpoint's name resolves on every node to a reachable address (not 127.0.1.1), and "
+            "that its port is open\n"
+            "- Once the rendezvous forms, check the backend's interface: `GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`")
 
 
 @_answer("5.q3")
 def _():
-    return ("On each machine `torch.distributed.launch --nproc_per_node=4` starts 4 processes, and each of them "
-            "calls `mp.spawn(nprocs=torch.cuda.device_count())`, 4 more: **16** training processes per machine, "
-            "32 on the two, where 8 were meant (one per GPU). Each child takes its rank from its spawn index "
-            "(0-3) and the world size from `device_count()` (4): eight processes claim each of the ranks 0-3 "
-            "of a world the script says is of size 4, and all meet at the same `MASTER_ADDR` as duplicate "
-            "ranks. Section 2 ran a small copy of it (2 launched x 2 spawned) and showed what this torch says. "
-            "The fix: one launcher. torchrun starts the processes and sets `RANK`, `LOCAL_RANK`, "
+    return ("- On each machine `torch.distributed.launch` starts 4 processes, and each calls `mp.spawn` with "
+            "`nprocs=device_count()`, 4 more: 16 per machine\n"
+            "- 32 training processes on the two machines, where 8 were meant (one per GPU)\n"
+            "- Each child takes its spawn index (0-3) as its rank in a world of 4: every rank is claimed 8 times, "
+            "at one `MASTER_ADDR:MASTER_PORT`\n"
+            "- The fix: one launcher. torchrun starts one process per GPU and sets `RANK`, `LOCAL_RANK` and "
             "`WORLD_SIZE`; the script only reads them.")
 
 

@@ -120,3 +120,44 @@ def check_pytorchjob(job: Mapping[str, Any], nnodes: int, args: Any, pod_env: Ma
     want = (int(pod_env["PET_NODE_RANK"]), pod_env["MASTER_ADDR"], pod_env["PET_NNODES"])
     claim(got == want, f"torchrun parsed (node_rank, master_addr, nnodes) = {got}, expected {want}")
     return f"YAML parses; replicas: {replicas} | torchrun accepts worker pod {args.node_rank}'s args"
+
+
+def check_train_script(ok: bool, lines: Sequence[str], world: int) -> str:
+    """The corrected script ran on ``world`` ranks and DDP averaged the gradient: rank r's data is all (r + 1),
+    so d(sum of 8 outputs)/dw[0, 0] = 8 (r + 1) on rank r, and the mean over the ranks is 8 (world + 1) / 2."""
+    want = 8 * (world + 1) / 2
+    claim(ok and len(lines) == world, f"the script should finish with one line per rank: ok={ok}, lines {list(lines)}")
+    claim(all(ln.endswith(f"grad[0,0] = {want:.1f}") for ln in lines),
+          f"every rank should hold the averaged gradient {want:.1f}: {list(lines)}")
+    return f"{world} ranks, one process each; every rank holds the averaged gradient {want:.1f}"
+
+
+def check_torchrun_parses(cmds: Sequence[str], nnodes: int, nproc: int) -> str:
+    """torchrun's own parser (``torch.distributed.run.get_args_parser``) accepts every node's command, with the
+    job's counts, the c10d rendezvous and one endpoint for all nodes."""
+    import shlex
+
+    from torch.distributed.run import get_args_parser
+
+    seen = set()
+    for cmd in cmds:
+        words = shlex.split(cmd)
+        a = get_args_parser().parse_args(words[words.index("torchrun") + 1:])
+        got = (a.nnodes, a.nproc_per_node, a.rdzv_backend)
+        claim(got == (str(nnodes), str(nproc), "c10d"), f"torchrun read (nnodes, nproc, backend) = {got} from {cmd!r}")
+        seen.add((a.rdzv_endpoint, a.rdzv_id))
+    claim(len(seen) == 1, f"every node should meet at one endpoint with one id: {seen}")
+    return f"torchrun's parser accepts all {len(cmds)} commands: {nnodes} x {nproc}, c10d at {seen.pop()[0]}"
+
+
+def check_bash_syntax(returncode: int, stderr: str) -> str:
+    """``bash -n`` (parse, run nothing) accepts the generated batch script."""
+    claim(returncode == 0, f"bash -n rejects the script: {stderr.strip()}")
+    return "bash -n: the script parses"
+
+
+def check_bad_interface(ok: bool, errors: Sequence[str | None], name: str) -> str:
+    """A job whose ``GLOO_SOCKET_IFNAME`` names no interface fails, and every rank's error names it."""
+    claim(not ok, f"GLOO_SOCKET_IFNAME={name}: the job should fail")
+    claim(all(name in (e or "") for e in errors), f"every rank's error should name {name}: {list(errors)}")
+    return f"GLOO_SOCKET_IFNAME={name}: all {len(errors)} ranks failed, each naming the interface"
