@@ -61,9 +61,9 @@ print(f"torch {torch.__version__}, GPUs: {torch.cuda.device_count()}")
 # 1. `init_device_mesh(device, (world,))` arranges the ranks in a 1-D *mesh*, the group FSDP shards over;
 # 2. `fully_shard(block)` for every block makes each block a *unit*: its weights are gathered just before it runs and freed after;
 # 3. `fully_shard(model)` last: the root unit takes everything left (embedding, head);
-# 4. the optimizer is built **after** sharding, so it only ever sees this rank's shards.
+# 4. the optimizer is built **after** sharding: `fully_shard` replaced each parameter with a sharded one, and the optimizer keeps state for this rank's shards only.
 #
-# The training loop is unchanged: `backward()` and `opt.step()` do the communication.
+# The training loop is unchanged: the hooks `fully_shard` installed all-gather in forward and backward and reduce-scatter in backward; `opt.step()` updates the local shards.
 
 # %%
 %%writefile fsdp2_train.py
@@ -116,9 +116,9 @@ for block in model.blocks:
 fully_shard(model, mesh=mesh)                  # (3) the root unit: embedding and head
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)   # (4) after sharding: this rank's shards only
 
-g = torch.Generator().manual_seed(rank)        # each rank its own data
+g = torch.Generator().manual_seed(rank)        # each rank its own batch (one, reused: the loss must fall)
+tokens = torch.randint(0, 64, (8, 16), generator=g).to(device)
 for step in range(3):
-    tokens = torch.randint(0, 64, (8, 16), generator=g).to(device)
     logits = model(tokens[:, :-1])             # each block's weights all-gathered as it runs
     loss = nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
     loss.backward()                            # gathered again, gradients reduce-scattered
@@ -205,7 +205,7 @@ print(check_zero1(ZeroOne))
 # %% [markdown] id="md-11-06"
 # ## 2. FSDP2: its communication and its memory
 #
-# The `fsdp2` program is the opening script, instrumented: `BlockLM` (an embedding, four residual blocks, a tied output layer), `fully_shard` on every block, then on the root.
+# The `fsdp2` program applies the opening script's recipe (`fully_shard` on every block, then on the root) to `BlockLM`, four residual blocks with a tied output layer, and measures it.
 
 # %% [markdown] id="md-11-34"
 # Each `fully_shard(block)` installs hooks on the block. *Pre-forward* all-gathers its full weights and *post-forward* frees them (`reshard_after_forward=True`); *pre-backward* gathers them again, and *post-backward* **reduce-scatters** the gradients, so each rank keeps the average of its own shard.
@@ -233,11 +233,11 @@ print(check_fsdp2_matches_one_process(F2))
 #
 # ```python
 # block.set_modules_to_forward_prefetch(blocks[i + 1:i + 2])   # "prefetch on"
-# block.set_modules_to_backward_prefetch(blocks[i - 1:i])
+# block.set_modules_to_backward_prefetch(blocks[i - 1:i] if i else [block])
 # block.set_modules_to_backward_prefetch([block])              # "prefetch off": a block prefetching itself is a no-op
 # ```
 #
-# The figure shows each rank's step; the times printed under it are one profiled step each, so they are noisy, while the order of the collectives is not.
+# The figure shows each rank's profiled step in both settings. The times printed under it are one step each, so they are noisy; the order of the collectives is not.
 
 # %%
 fig = viz.fsdp_timeline_figure(F2)
@@ -259,7 +259,7 @@ for cond in ("prefetch off", "prefetch on"):
 print(check_fsdp_collectives(F2, backward_order("prefetch off"), backward_order("prefetch on")))
 
 # %% [markdown] id="md-11-09"
-# In the figure's forward, blocks `F0`..`F3` each compute after their blue all-gather; in backward, each block's gradient is reduce-scattered (red) as backward leaves it. With prefetching, block 2's all-gather (`AG2`) is issued *before* block 3's reduce-scatter (`RS3`), so it can run while block 3 computes. On GPUs the all-gather runs on its own CUDA stream; gloo runs collectives on its own threads, so whether the step gets faster depends on a free core.
+# In the figure's forward, blocks `F0`..`F3` each compute after their blue all-gather; in backward, each block's gradient is reduce-scattered (red) as backward leaves it. With prefetching, block 2's all-gather (`AG2`) is issued *before* block 3's reduce-scatter (`RS3`), so it can run while block 3 computes. On GPUs the all-gather runs on its own CUDA stream; gloo runs collectives on its own threads, so on CPU ranks the overlap needs a free core.
 
 # %% [markdown] id="md-11-38"
 # **Bytes per step.** Let *P* be the parameter bytes. DDP all-reduces the gradients once (payload *P*); FSDP all-gathers every unit twice and reduce-scatters once (payload **3P**).
@@ -306,7 +306,7 @@ print(check_fsdp_bytes(rows, P, ag_bf16, ag_fp32))
 # %% [markdown] id="md-11-40"
 # ### 2.2 Peak memory per rank: `reshard_after_forward` and activation checkpointing
 #
-# `reshard_after_forward=False` keeps each block's full weights from forward to backward: no second all-gather, more memory. **Activation checkpointing** (`torch.utils.checkpoint` around each block) keeps only each block's input and recomputes its activations in backward. Expect: with resharding, about one block's full weights (plus the root's) at the peak; without, all of them; with checkpointing, far fewer activation bytes.
+# `reshard_after_forward=False` keeps each block's full weights from forward to backward: no second all-gather, more memory. **Activation checkpointing** (`torch.utils.checkpoint` around each block) keeps only each block's input and recomputes its activations in backward. Expect at the peak: with resharding, one or two blocks' full weights plus the root's; without it, more; with checkpointing, far fewer activation bytes.
 
 # %% [markdown] id="md-11-41"
 # torch's `FSDPMemTracker` (`torch.distributed._tools`) counts every tensor by kind, on CPU too. The program ran one step under it in three configurations:
@@ -359,7 +359,7 @@ print(check_mixed_precision(mpd, rs_dtypes))
 # set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 # ```
 #
-# `disttutor/plain/fsdp2.py` is the opening script with this save and reload added. The program's checkpoint, reloaded into a fresh model:
+# `disttutor/plain/fsdp2.py` is a copyable script with the opening recipe plus this save and reload. The program saved its checkpoint and reloaded it into a fresh model:
 
 # %%
 ck = F2[0]["checkpoint"]
@@ -489,7 +489,7 @@ print(check_fsdp(FSDP))
 # %% [markdown] id="md-11-17"
 # ## 3. What comes next
 #
-# FSDP still runs every layer whole on every rank. Splitting each layer's matrices instead (tensor parallelism, with DTensor placements and a 2-D mesh that combines it with FSDP) is chapter 12.
+# FSDP still runs every layer whole on every rank. Splitting each layer's matrices instead (tensor parallelism, and the DTensor placements that express it) is chapter 12.
 #
 # **What to read next**: the PyTorch FSDP2 tutorial; TorchTitan (FSDP2 composed with tensor, pipeline and context parallelism); the ZeRO paper.
 
@@ -499,7 +499,7 @@ print(check_fsdp(FSDP))
 # | the article says | today |
 # |---|---|
 # | 自动化并行, e.g. `torch.distributed.fsdp` | FSDP is sharding, not automatic parallelism: you choose the units and the mesh. |
-# | 更高效的通信算法: 3D并行、张量并行 | ways to split the work, not communication algorithms; they compose on an N-D `DeviceMesh` (chapters 7 and 12). |
+# | 更高效的通信算法: 3D并行、张量并行 | ways to split the work, not communication algorithms; they compose on an N-D `DeviceMesh` (pipelines: chapter 7; tensor parallelism: chapter 12). |
 # | 云原生 / Kubernetes | outside PyTorch; chapter 5 generated a Kubeflow `PyTorchJob` that starts `torchrun` in every pod. |
 # | 异构计算 (CPU, GPU, TPU) | one job mixing accelerators is rare; offloading shards to CPU memory (FSDP2's `CPUOffloadPolicy`) is the common case. |
 # | 联邦学习 | see the next fold. |
@@ -523,7 +523,7 @@ print(check_fsdp(FSDP))
 # * ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3/FSDP the parameters too: FSDP's model states are 16/n bytes per parameter.
 # * FSDP2 is `fully_shard` on each block, then on the root, then the optimizer; the training loop does not change.
 # * FSDP all-gathers parameters before use and reduce-scatters gradients after: 1.5 × DDP's bytes by the ring formula (2 × on gloo), in exchange for memory.
-# * `reshard_after_forward`, activation checkpointing and `MixedPrecisionPolicy` trade memory, compute and bytes; every result here is compared with one process.
+# * `reshard_after_forward`, activation checkpointing and `MixedPrecisionPolicy` trade memory, compute and bytes; every training run here is compared with one process.
 
 # %% [markdown] id="md-11-24" tags=["question"]
 # ## Check your understanding

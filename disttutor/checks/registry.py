@@ -169,7 +169,7 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="stretch", minutes=45),
     Exercise("11.1", 11, "ZeRO-1: shard the optimiser state", "ZeroOne",
              "disttutor.checks.sharding:check_zero1", "solutions/ex11_1_zero1.py", (
-                 "Give every trainable parameter one owner rank, by the same rule on every rank; build "
+                 "Give every trainable parameter one owner rank (the same rule on every rank); build "
                  "`self.optim` on this rank's parameters only.",
                  "step(): self.optim.step(), then for EVERY trainable parameter, in the same order on every "
                  "rank, dist.broadcast(p, src=owner). Skip frozen parameters; list a tied one once."),

@@ -44,7 +44,7 @@ def check_plain_fsdp2(logs: Sequence[Sequence[str]]) -> str:
     for rank, log in enumerate(logs):
         want = f"rank {rank}: blocks.0.up.weight DTensor (256, 64), local ({256 // world}, 64)"
         claim(want in log, f"rank {rank} should print {want!r}; it printed {list(log)[-2:]}")
-    return f"{world} ranks: 3 falling losses; each rank holds 1/{world} of every weight's rows, as a DTensor"
+    return f"{world} ranks: 3 falling losses; blocks.0.up.weight a DTensor, 1/{world} of its rows on each rank"
 
 
 def check_fsdp2_matches_one_process(F2: Sequence[Mapping[str, Any]]) -> str:
