@@ -127,7 +127,10 @@ for step in range(3):
     if rank == 0:
         print(f"step {step}: loss {loss.item():.4f}")
 w = model.blocks[0].up.weight
-print(f"rank {rank}: blocks.0.up.weight {type(w).__name__} {tuple(w.shape)}, local {tuple(w.to_local().shape)}")
+local = [None] * world
+dist.all_gather_object(local, tuple(w.to_local().shape))   # every rank's part, printed once by rank 0
+if rank == 0:
+    print(f"blocks.0.up.weight: {type(w).__name__} {tuple(w.shape)}, local parts {local}")
 dist.destroy_process_group()
 
 # %% [markdown] id="md-11-07"
@@ -136,7 +139,7 @@ dist.destroy_process_group()
 # %%
 script = disttutor.launch("fsdp2_train.py", nproc=2, **LAUNCH)
 print(script.command)
-print("\n".join(ln for log in script.logs for ln in log if ln.startswith(("step", "rank "))))
+print("\n".join(ln for ln in script.logs[0] if ln.startswith(("step", "blocks"))))
 
 # %% tags=["proof"]
 print(check_plain_fsdp2(script.logs))
@@ -173,6 +176,7 @@ plt.show()
 # Every strategy computes the same training, on every rank. In bf16 (8 significant bits) the error is larger than in fp32, so the check compares the whole update as one vector:
 
 # %% tags=["proof"]
+assert list(runs.results[0]["strategies"]) == ["ddp", "zero1", "fsdp_scratch", "fsdp_scratch_bf16", "fsdp2"]  # the five
 print(check_strategies_agree(by_world))  # tolerances and their reasons: disttutor/checks/sharding.py
 
 # %% [markdown] id="md-11-32"

@@ -36,14 +36,14 @@ def check_strategies_agree(by_world: Mapping[int, Sequence[Mapping[str, Any]]]) 
 
 
 def check_plain_fsdp2(logs: Sequence[Sequence[str]]) -> str:
-    """The learner's FSDP2 script under torchrun: rank 0 printed a loss per step, falling; every rank's
-    blocks.0.up.weight is a DTensor of the model's shape whose local part is 1/world of its rows."""
+    """The learner's FSDP2 script under torchrun: rank 0 printed a loss per step, falling, and that
+    blocks.0.up.weight is a DTensor of the model's shape whose local part on every rank is 1/world of its rows.
+    Lines are searched, not matched whole: torchrun's log tail can glue a prefix to a line read mid-write."""
     world = len(logs)
-    losses = [float(m[1]) for ln in logs[0] if (m := re.fullmatch(r"step \d+: loss ([0-9.]+)", ln))]
+    losses = [float(m[1]) for ln in logs[0] if (m := re.search(r"step \d+: loss ([0-9.]+)", ln))]
     claim(len(losses) == 3 and losses[-1] < losses[0], f"rank 0 should print 3 falling losses: {losses}")
-    for rank, log in enumerate(logs):
-        want = f"rank {rank}: blocks.0.up.weight DTensor (256, 64), local ({256 // world}, 64)"
-        claim(want in log, f"rank {rank} should print {want!r}; it printed {list(log)[-2:]}")
+    want = f"blocks.0.up.weight: DTensor (256, 64), local parts {[(256 // world, 64)] * world}"
+    claim(any(want in ln for ln in logs[0]), f"rank 0 should print {want!r}; it printed {list(logs[0])[-2:]}")
     return f"{world} ranks: 3 falling losses; blocks.0.up.weight a DTensor, 1/{world} of its rows on each rank"
 
 
