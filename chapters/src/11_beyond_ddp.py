@@ -58,7 +58,7 @@ print(f"torch {torch.__version__}, GPUs: {torch.cuda.device_count()}")
 #
 # PyTorch's FSDP2 is one function, `fully_shard`. The script below is a whole FSDP training job:
 #
-# 1. `init_device_mesh(device, (world,))` arranges the ranks in a 1-D *mesh*, the group FSDP shards over;
+# 1. `init_device_mesh(device.type, (world,))` arranges the ranks in a 1-D *mesh*, the group FSDP shards over;
 # 2. `fully_shard(block)` for every block makes each block a *unit*: its weights are gathered just before it runs and freed after;
 # 3. `fully_shard(model)` last: the root unit takes everything left (embedding, head);
 # 4. the optimizer is built **after** sharding: `fully_shard` replaced each parameter with a sharded one, and the optimizer keeps state for this rank's shards only.
@@ -263,10 +263,10 @@ for cond in ("prefetch off", "prefetch on"):
 print(check_fsdp_collectives(F2, backward_order("prefetch off"), backward_order("prefetch on")))
 
 # %% [markdown] id="md-11-09"
-# In the figure's forward, blocks `F0`..`F3` each compute after their blue all-gather; in backward, each block's gradient is reduce-scattered (red) as backward leaves it. With prefetching, block 2's all-gather (`AG2`) is issued *before* block 3's reduce-scatter (`RS3`), so it can run while block 3 computes. On GPUs the all-gather runs on its own CUDA stream; gloo runs collectives on its own threads, so on CPU ranks the overlap needs a free core.
+# In the figure's forward, blocks `F0`..`F3` each compute after their blue all-gather; in backward, each block's gradient is reduce-scattered (red) as backward leaves it. With prefetching, block 2's all-gather (`AG2`) is issued *before* block 3's reduce-scatter (`RS3`), so on GPUs, where the all-gather runs on its own CUDA stream, it can run while block 3 computes. On CPU ranks FSDP2 calls gloo with `async_op=False`, so the training thread waits for each collective: prefetching changes the order, not the overlap.
 
 # %% [markdown] id="md-11-38"
-# **Bytes per step.** Let *P* be the parameter bytes. DDP all-reduces the gradients once (payload *P*); FSDP all-gathers every unit twice and reduce-scatters once (payload **3P**).
+# **Bytes per step.** Let *P* be the parameter bytes. DDP all-reduces the gradients once (payload *P*); FSDP with `reshard_after_forward=True` all-gathers every unit twice and reduce-scatters once (payload **3P**).
 
 # %% [markdown] id="md-11-39"
 # In a ring (chapter 2), each of *n* ranks sends (n−1)/n of an all-gather's or reduce-scatter's payload and 2(n−1)/n of an all-reduce's:
@@ -305,7 +305,7 @@ ag_fp32 = sum(c["bytes"] for c in F2[0]["comm"]["prefetch off"]["calls"] if c["o
 print(check_fsdp_bytes(rows, P, ag_bf16, ag_fp32))
 
 # %% [markdown] id="md-11-10"
-# The payloads match the formula to the byte. On the wire gloo sends about 2× DDP's bytes, not 1.5×: gloo has no native reduce-scatter and runs it as an all-reduce of the whole gradient. NCCL (GPUs) has one, and the ring formula's 1.5× applies there.
+# The payloads match the formula to the byte. On the wire gloo sends about 2× DDP's bytes, not 1.5×: torch's gloo backend runs `reduce_scatter_tensor` as an all-reduce of the whole gradient (the trace records `all_reduce`). NCCL (GPUs) reduce-scatters natively, and the ring formula's 1.5× applies there.
 
 # %% [markdown] id="md-11-40"
 # ### 2.2 Peak memory per rank: `reshard_after_forward` and activation checkpointing
@@ -402,7 +402,7 @@ print(check_flat_vs_per_param(views))
 
 # %% [markdown] id="md-11-45"
 # * **Why flatten at all**: one contiguous all-gather per unit is fast. FSDP2 keeps that: it copies the unit's shards into one buffer before the all-gather (`all_gather_copy_in`), then splits the gathered buffer into each parameter's full tensor (`FSDP::all_gather_copy_out`).
-# * torch's FSDP1 needs an accelerator (the error above on CPU ranks), so the flat view here is the course's own.
+# * Without `device_id=torch.device("cpu")` torch's FSDP1 refuses CPU ranks (the error above); the flat view here is the course's own.
 
 # %% [markdown] id="md-11-16"
 # ## Exercise 11.2 — FSDP from scratch (the flat design)
@@ -527,7 +527,7 @@ print(check_fsdp(FSDP))
 # * ZeRO-1 shards the optimizer states, ZeRO-2 the gradients too, ZeRO-3/FSDP the parameters too: FSDP's model states are 16/n bytes per parameter.
 # * FSDP2 is `fully_shard` on each block, then on the root, then the optimizer; the training loop does not change.
 # * FSDP all-gathers parameters before use and reduce-scatters gradients after: 1.5 × DDP's bytes by the ring formula (2 × on gloo), in exchange for memory.
-# * `reshard_after_forward`, activation checkpointing and `MixedPrecisionPolicy` trade memory, compute and bytes; every training run here is compared with one process.
+# * `reshard_after_forward`, activation checkpointing and `MixedPrecisionPolicy` trade memory, compute and bytes; each program here checks its training against one process.
 
 # %% [markdown] id="md-11-24" tags=["question"]
 # ## Check your understanding

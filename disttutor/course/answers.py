@@ -256,8 +256,8 @@ def _():
     rows = {"DDP": 16, "ZeRO-1": 4 + 4 + 8 / w, "ZeRO-2": 4 + 12 / w, "FSDP (ZeRO-3)": 16 / w}
     return ("Per rank, model states only (4 B weight, 4 B gradient, 8 B AdamW moments per parameter):\n\n"
             + "\n".join(f"* {k}: {b:g} B/param → **{n * b / 1e9:g} GB**" for k, b in rows.items())
-            + "\n\nFSDP also holds, briefly, the full parameters of the unit it computes: sharding per block "
-              "keeps that peak to one block.")
+            + "\n\nFSDP also holds, briefly, the full parameters of the unit it computes: per-block units keep "
+              "that to one or two blocks (two while prefetching).")
 
 
 @_answer("11.q3")
