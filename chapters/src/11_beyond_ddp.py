@@ -248,7 +248,7 @@ fig = viz.fsdp_timeline_figure(F2)
 plt.show()
 for cond in ("prefetch off", "prefetch on"):
     ms = [sum(d for s, d in r["comm"][cond]["regions"][p]) for r in F2 for p in ("forward", "backward")]
-    print(f"{cond:12}: forward + backward {max(ms[0::2]) + max(ms[1::2]):.1f} ms (slowest rank)")
+    print(f"{cond:12}: forward + backward {max(ms[0::2]) + max(ms[1::2]):.1f} ms (slowest forward + slowest backward)")
 
 # %% tags=["nbval-check-output"]
 def backward_order(cond, rank=0):
