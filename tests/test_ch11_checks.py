@@ -116,3 +116,25 @@ def test_fsdp_that_keeps_every_parameter_on_every_rank_is_caught(no_leftovers):
     res = check_fsdp(REPLICATED)
     assert not res.passed
     assert "each rank should keep only its shard" in str(res)
+
+
+def test_the_page_claims_catch_a_wrong_run():
+    """The chapter's two new claims: the learner's FSDP2 script (falling losses, half the rows per rank) and
+    FSDP2 vs one process. A right run passes; a rising loss, a whole weight on a rank, a drift all fail."""
+    from disttutor.checks.claims.ch11 import check_fsdp2_matches_one_process, check_plain_fsdp2
+
+    parts = "blocks.0.up.weight: DTensor (256, 64), local parts {}"
+    good = [["step 0: loss 4.3", "step 1: loss 3.2", "step 2: loss 2.5", parts.format([(128, 64)] * 2)], []]
+    assert "3 falling losses" in check_plain_fsdp2(good)
+    glued = [["step 0: loss 4.3", "step 1: loss 3.2", "step 2: loss 2.5[default0]:", good[0][3]], []]
+    assert "3 falling losses" in check_plain_fsdp2(glued)  # a line torchrun's tail read mid-write still counts
+    rising = [["step 0: loss 4.3", "step 1: loss 4.4", "step 2: loss 4.5", good[0][3]], []]
+    with pytest.raises(AssertionError, match="falling"):
+        check_plain_fsdp2(rising)
+    whole = [good[0][:3] + [parts.format([(128, 64), (256, 64)])], []]  # rank 1 kept the whole weight
+    with pytest.raises(AssertionError, match="local parts"):
+        check_plain_fsdp2(whole)
+    F2 = [{"vs_one_process": {"fsdp2": 2.7e-7, "fsdp2_ac": 2.7e-7}}] * 2
+    assert "= one process" in check_fsdp2_matches_one_process(F2)
+    with pytest.raises(AssertionError, match="one process"):
+        check_fsdp2_matches_one_process([{"vs_one_process": {"fsdp2": 1e-3, "fsdp2_ac": 0.0}}])

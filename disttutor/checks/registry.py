@@ -169,16 +169,15 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="stretch", minutes=45),
     Exercise("11.1", 11, "ZeRO-1: shard the optimiser state", "ZeroOne",
              "disttutor.checks.sharding:check_zero1", "solutions/ex11_1_zero1.py", (
-                 "Give every trainable parameter one owner rank (the same rule on every rank); build the real "
-                 "optimiser (`self.optim`) on this rank's parameters only, so only they get Adam state.",
+                 "Give every trainable parameter one owner rank (the same rule on every rank); build "
+                 "`self.optim` on this rank's parameters only.",
                  "step(): self.optim.step(), then for EVERY trainable parameter, in the same order on every "
                  "rank, dist.broadcast(p, src=owner). Skip frozen parameters; list a tied one once."),
              difficulty="core", minutes=40, references=("disttutor.scratch.zero1",)),
     Exercise("11.2", 11, "FSDP: sharded parameters, all-gather, reduce-scatter", "FSDP",
              "disttutor.checks.sharding:check_fsdp", "solutions/ex11_2_fsdp.py", (
-                 "The skeleton already flattens, pads and shards, and its _Unit calls your three methods at the "
-                 "unit's boundary: gather before the module runs, reduce_scatter when backward reaches it. "
-                 "free(params): after sharding, each full copy must stop being trainable AND stop taking memory.",
+                 "free(params): after sharding, each full copy must stop being trainable AND stop taking "
+                 "memory.",
                  "free: p.requires_grad_(False); p.data = p.data.new_empty(0). gather(shard, dtype): an output of "
                  "world * shard.numel() elements in dtype, then dist.all_gather_single(out, shard.to(dtype)) "
                  "(older code: all_gather_into_tensor).",

@@ -254,19 +254,20 @@ def _():
     rows = {"DDP": 16, "ZeRO-1": 4 + 4 + 8 / w, "ZeRO-2": 4 + 12 / w, "FSDP (ZeRO-3)": 16 / w}
     return ("Per rank, model states only (4 B weight, 4 B gradient, 8 B AdamW moments per parameter):\n\n"
             + "\n".join(f"* {k}: {b:g} B/param → **{n * b / 1e9:g} GB**" for k, b in rows.items())
-            + "\n\nFSDP also holds, for a moment, the gathered parameters (and gradients) of the unit it is "
-              "computing, which is why it shards per block: the peak is one block, not the model.")
+            + "\n\nFSDP also holds, briefly, the full parameters of the unit it computes: per-block units keep "
+              "that to one or two blocks (two while prefetching).")
 
 
 @_answer("11.q3")
 def _():
     n = 8
     f = (n - 1) / n
-    return (f"Per rank and step, with S the model's bytes and n = {n}: DDP all-reduces the gradients = "
-            f"reduce-scatter + all-gather = 2·{f:.3f}·S. FSDP all-gathers the parameters in forward, frees "
-            f"them, all-gathers them again in backward, and reduce-scatters the gradients: 3·{f:.3f}·S — "
-            f"**{3 / 2:.1f}×** DDP. Keeping the parameters after forward (`reshard_after_forward=False`) saves "
-            "the second all-gather: DDP's volume, with more memory.")
+    return (f"Per rank and step, with S the model's bytes and n = {n}:\n\n"
+            f"* DDP all-reduces the gradients: reduce-scatter + all-gather = 2·{f:.3f}·S\n"
+            f"* FSDP all-gathers the parameters in forward and again in backward, and reduce-scatters the "
+            f"gradients: 3·{f:.3f}·S, **{3 / 2:.1f}×** DDP\n\n"
+            "Keeping the parameters from forward to backward (`reshard_after_forward=False`) saves the second "
+            "all-gather: DDP's volume, with more memory.")
 
 
 @_answer("13.q2")

@@ -60,7 +60,7 @@ CHAPTERS: dict[int, Chapter] = {c.number: c for c in [
     Chapter(9, "09_profiling_troubleshooting", "Profiling and troubleshooting", "§9", ("9. 性能分析与调试",)),
     Chapter(10, "10_capstone_lm", "Capstone: a language model, trained and fault tolerant", "§10, §11.3",
             ("10. 实战案例：大规模语言模型训练",)),
-    Chapter(11, "11_beyond_ddp", "Beyond DDP: FSDP, tensor parallelism, outlook", "§11",
+    Chapter(11, "11_beyond_ddp", "Beyond DDP: ZeRO and FSDP", "§11",
             ("11. 总结与展望",)),
     Chapter(12, "12_tensor_sequence_expert", "Splitting one layer: tensor, sequence, context and expert parallelism",
             "—", ()),
