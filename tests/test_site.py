@@ -15,7 +15,7 @@ The Chinese edition (``zh/``) is checked the same way, for every chapter whose
 try the site before the translations are in): its pages, its notebooks byte for byte, its widgets
 counted against the zh notebook, its frame in Chinese, ``lang="zh"``; and every page's language
 switch leads to its counterpart in the other edition, and is there exactly when that exists.
-The live widgets (chapters 1, 7, 13: their controls run the course's Python in the page, with
+The live widgets (chapters 1, 2, 7, 13: their controls run the course's Python in the page, with
 Pyodide) are checked without a browser (their panels on both editions' pages, the site's copy of the
 modules answering with numpy, matplotlib and torch unimportable, the builder's rule for making one
 live) and in Chromium, one page each: every move redraws the numbers the notebook's widget functions
@@ -373,7 +373,9 @@ def test_every_page_in_a_real_browser(site):
 
 # --- Live widgets (site/live.py, assets/live.js): the controls run the course's Python in the browser ---
 
-LIVE = {"01_why_distributed": "memory", "07_pipeline_parallel": "pipeline", "13_at_scale": "planner"}
+LIVE = {"01_why_distributed": "memory", "02_process_groups_collectives": "costmodel", "07_pipeline_parallel": "pipeline",
+        "13_at_scale": "planner"}
+MEASURES = {"02_process_groups_collectives"}  # also holds a widget that runs ranks: it keeps "run the notebook"
 
 
 def _live_panels(text):
@@ -409,8 +411,8 @@ def _saved_widget(stem, folder=None):
 
 
 def test_live_widgets_are_on_their_pages_and_run_without_numpy_matplotlib_or_torch(site, tmp_path):
-    """Chapters 1, 7 and 13 (both editions, the same data, each in its language) carry a live panel
-    instead of the "run the notebook" line; chapter 2's widget measures on ranks and keeps that line.
+    """Chapters 1, 2, 7 and 13 (both editions, the same data, each in its language) carry a live panel
+    instead of the "run the notebook" line; chapter 2's second widget measures on ranks and keeps that line.
     The course's modules on the site are the repository's, byte for byte, and answer with numpy,
     matplotlib, torch and ipywidgets unimportable (as in Pyodide, which has none of them). A few
     seconds (13-29 s at load average 13-17)."""
@@ -419,14 +421,14 @@ def test_live_widgets_are_on_their_pages_and_run_without_numpy_matplotlib_or_tor
     from disttutor.course.site.edition import EN, ZH
 
     out, stdout = site
-    assert "live widgets (edition chapter:widget): 1:memory 7:pipeline 13:planner" in stdout, stdout[-500:]
+    assert "live widgets (edition chapter:widget): 1:memory 2:costmodel 7:pipeline 13:planner" in stdout, stdout[-500:]
     for prefix, stems in (("", STEMS), ("zh/", ZH_STEMS)):
         for stem in stems:
             text = _read(out, f"{prefix}chapters/{stem}.html")
             names = [d["name"] for d in _live_panels(text)]
             assert names == ([LIVE[stem]] if stem in LIVE else []), f"{prefix}{stem}: live panels {names}"
             if stem in LIVE:
-                assert "assets/live.js" in text and "dt-needs-kernel" not in text, f"{prefix}{stem}"
+                assert "assets/live.js" in text and ("dt-needs-kernel" in text) == (stem in MEASURES), f"{prefix}{stem}"
                 if prefix:  # the same widget as the English page's (same data), in the page's language
                     assert _live_panels(text) == _live_panels(_read(out, f"chapters/{stem}.html")), stem
                     assert ZH.labels.live_note in text and EN.labels.live_note not in text, stem
@@ -462,7 +464,7 @@ def test_live_widgets_are_on_their_pages_and_run_without_numpy_matplotlib_or_tor
     r = subprocess.run([sys.executable, "-I", "-c", probe, json.dumps(args), str(tmp_path / "course")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout) == {"memory": "stacked", "pipeline": "gantt", "planner": "hbars"}
+    assert json.loads(r.stdout) == {"memory": "stacked", "costmodel": "loglog", "pipeline": "gantt", "planner": "hbars"}
 
 
 # The first answer starts Python in the page: Pyodide compiles its 9.6 MB WebAssembly binary and
@@ -491,9 +493,14 @@ def _expected(name, kw):
     import matplotlib.pyplot as plt
 
     from disttutor.launcher.results import format_table
-    from disttutor.viz import memory, pipeline, scale
+    from disttutor.viz import alphabeta, memory, pipeline, scale
 
-    if name == "memory":
+    if name == "costmodel":
+        rows, fig = alphabeta.model_view(**kw)
+        ax = fig.axes[0]
+        want = {"table": format_table(rows), "title": ax.get_title(), "error": None,
+                "values": [t.get_text() for t in ax.texts]}  # each line's time for the largest message
+    elif name == "memory":
         rows, fig = memory.calculator_view(**kw)
         ax = fig.axes[0]
         want = {"table": format_table(rows), "title": ax.get_title(), "error": None,
@@ -519,6 +526,7 @@ def _expected(name, kw):
 
 MOVES = {  # (keyword, option label or slider value) in order; each waits for its answer
     "memory": [("n", "32"), ("precision", "fp32"), ("preset", "GPT 70B-like (80 x 8192)"), ("seq", "4096")],
+    "costmodel": [("n", "64"), ("alpha_us", "1"), ("gb_s", "450"), ("n", "2")],
     "pipeline": [("m", "16"), ("schedule", "gpipe"), ("schedule", "interleaved"), ("v", "2"), ("m", "6")],
     "planner": [("n_gpus", "1024"), ("hw", "H200"), ("seq", "131072"), ("n_gpus", "8")],
 }
