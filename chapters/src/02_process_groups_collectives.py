@@ -501,7 +501,7 @@ print(result)
 # %% [markdown] id="md-02-27"
 # The notebook as shipped holds the untouched stub, so the check says it is still a stub. A wrong
 # answer is named by rank, ring chunk and first wrong element; the collapsed cell below shows it for a
-# shortcut that is *not* an all-reduce (each rank adds its left neighbour's tensor, once).
+# shortcut that is *not* an all-reduce.
 
 # %% tags=["proof", "nbval-check-output"]
 import contextlib
@@ -539,8 +539,7 @@ assert len(CASES) + 1 == 12
 # ## 5. How fast? Latency, bandwidth and the α–β model
 #
 # A message of $b$ bytes takes $t = \alpha + b/B$: a fixed **latency** $\alpha$ (seconds) plus its
-# bytes over the **bandwidth** $B$ (bytes/s). This is the **α–β model**; this course writes the
-# bandwidth $B$ everywhere (the model's $\beta$ is $1/B$, seconds per byte).
+# bytes over the **bandwidth** $B$ (bytes/s): the **α–β model**, with $B = 1/\beta$ throughout this course.
 
 # %% [markdown] id="md-02-40" tags=["derivation"]
 # **Derivation.** Each rank's link sends one message while it receives another; adding is free. For
@@ -555,7 +554,7 @@ assert len(CASES) + 1 == 12
 #
 # The ring's bandwidth term stays under $2N/B$ for any $n$, but it pays α $2(n-1)$ times. Setting
 # $T_\text{ring} = T_\text{tree}$: the ring is faster above
-# $N^* = \alpha B\,\frac{2(n-1) - 2\lceil\log_2 n\rceil}{2\lceil\log_2 n\rceil - 2(n-1)/n}$.
+# $N^* = \alpha B\,\frac{n-1-\lceil\log_2 n\rceil}{\lceil\log_2 n\rceil-(n-1)/n}$.
 
 # %% tags=["schematic"]
 from disttutor.viz.alphabeta import SENT, cost_widget
@@ -593,8 +592,8 @@ print(f"load {load:.1f}: " + check_sweep(data, ("builtin", "naive", "ring"), (2,
 # %% [markdown] id="md-02-30"
 # Compare the bus bandwidth of the smallest and the largest message above: the model predicts the
 # larger one higher, since it spreads the fixed α over more bytes. These ranks share one machine's
-# cores and memory, not network links, so the model's ranking of the algorithms need not hold here,
-# and timings vary from run to run. The widget below times what you pick; ranks beyond the cores share them.
+# cores and memory, not links: the model's ranking need not hold here, and timings vary between runs.
+# The widget below times what you pick.
 
 # %%
 from disttutor.viz.allreduce import widget
