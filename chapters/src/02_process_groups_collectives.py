@@ -539,7 +539,7 @@ assert len(CASES) + 1 == 12
 # ## 5. How fast? Latency, bandwidth and the α–β model
 #
 # A message of $b$ bytes takes $t = \alpha + b/B$: a fixed **latency** $\alpha$ (seconds) plus its
-# bytes over the **bandwidth** $B$ (bytes/s): the **α–β model**, with $B = 1/\beta$ throughout this course.
+# bytes over the **bandwidth** $B$ (bytes/s): the **α–β model**, written with $B = 1/\beta$.
 
 # %% [markdown] id="md-02-40" tags=["derivation"]
 # **Derivation.** Each rank's link sends one message while it receives another; adding is free. For
