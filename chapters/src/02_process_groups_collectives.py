@@ -570,9 +570,9 @@ cost_widget()  # starts at a 1 GbE-like link: α = 20 µs, B = 0.125 GB/s
 print(check_cost_model(SENT))
 
 # %% [markdown] id="md-02-42"
-# Now measure. Below, `dist.all_reduce` ("builtin"), naive and ring on 2 ranks, 64 KB to 16 MB; a
-# point is the median call, timed on its slowest rank. The **bus bandwidth** `busbw = N/t · 2(n−1)/n`
-# is the rate each rank's link carries in a ring all-reduce, comparable across rank counts.
+# Below, `dist.all_reduce` ("builtin"), naive and ring on 2 ranks, 64 KiB to 16 MiB; a point is the
+# median call, timed on its slowest rank, and lines fit α + N/B per call. The **bus bandwidth**
+# `busbw = N/t · 2(n−1)/n` is the rate each rank's link carries in a ring all-reduce.
 
 # %%
 from disttutor.viz.allreduce import plot_sweep, sweep
@@ -590,10 +590,9 @@ load = os.getloadavg()[0]
 print(f"load {load:.1f}: " + check_sweep(data, ("builtin", "naive", "ring"), (2,), SIZES, disttutor.quiet(load)))
 
 # %% [markdown] id="md-02-30"
-# Compare the bus bandwidth of the smallest and the largest message above: the model predicts the
-# larger one higher, since it spreads the fixed α over more bytes. These ranks share one machine's
-# cores and memory, not links: the model's ranking need not hold here, and timings vary between runs.
-# The widget below times what you pick.
+# The model predicts bus bandwidth rising with message size, spreading α over more bytes, and on 2
+# ranks the ring faster than naive. The verdict and the plot say whether this run agrees: these ranks
+# share one machine's cores and memory, not links, and timings vary between runs.
 
 # %%
 from disttutor.viz.allreduce import widget
@@ -614,9 +613,9 @@ from disttutor.viz import links as linkviz
 show_code("disttutor.programs.emulated_link", "ring")
 
 # %% [markdown] id="md-02-34"
-# By the derivation, $T_\text{naive}/T_\text{ring}$ approaches $n$ when $N/B$ dwarfs α. Below, 4 and
-# 8 ranks on a 1 GbE link; a message whose real loopback trip outlasted the link's time counts as
-# *late*, and pushes the measured time above the model's.
+# The derivation's $T_\text{naive}/T_\text{ring}$ approaches $n$ when $N/(nB)$ dwarfs α. Below, 4 and
+# 8 ranks on a 1 GbE link; a message whose real loopback trip outlasted the link's time is *late*: it
+# pushes the measured time above the model's, and a late ring message shrinks the ratio.
 
 # %%
 from disttutor.links.presets import PRESETS
