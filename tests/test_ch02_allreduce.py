@@ -92,7 +92,8 @@ def test_alpha_beta_fit_recovers_the_model():
     assert m.alpha == pytest.approx(2e-4, rel=1e-6) and m.bandwidth == pytest.approx(1.5e9, rel=1e-6)
     assert np.allclose(m.predict(sizes), t, rtol=1e-6)
     flat = viz.fit_alpha_beta([1e3, 1e4], [1e-3, 1e-3])                  # pure latency
-    assert flat.alpha == pytest.approx(1e-3) and flat.beta == pytest.approx(0.0, abs=1e-18)
+    assert flat.alpha == pytest.approx(1e-3) and flat.per_byte == pytest.approx(0.0, abs=1e-18)
+    assert flat.bandwidth > 1e18  # no slope to speak of: B beyond any link
     with pytest.raises(ValueError):
         viz.fit_alpha_beta([1e3], [1e-3])
 

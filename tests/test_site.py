@@ -15,7 +15,7 @@ The Chinese edition (``zh/``) is checked the same way, for every chapter whose
 try the site before the translations are in): its pages, its notebooks byte for byte, its widgets
 counted against the zh notebook, its frame in Chinese, ``lang="zh"``; and every page's language
 switch leads to its counterpart in the other edition, and is there exactly when that exists.
-The live widgets (chapters 1, 7, 13: their controls run the course's Python in the page, with
+The live widgets (chapters 1, 2, 7, 13: their controls run the course's Python in the page, with
 Pyodide) are checked without a browser (their panels on both editions' pages, the site's copy of the
 modules answering with numpy, matplotlib and torch unimportable, the builder's rule for making one
 live) and in Chromium, one page each: every move redraws the numbers the notebook's widget functions
@@ -373,7 +373,9 @@ def test_every_page_in_a_real_browser(site):
 
 # --- Live widgets (site/live.py, assets/live.js): the controls run the course's Python in the browser ---
 
-LIVE = {"01_why_distributed": "memory", "07_pipeline_parallel": "pipeline", "13_at_scale": "planner"}
+LIVE = {"01_why_distributed": "memory", "02_process_groups_collectives": "costmodel", "07_pipeline_parallel": "pipeline",
+        "13_at_scale": "planner"}
+MEASURES = {"02_process_groups_collectives"}  # also holds a widget that runs ranks: it keeps "run the notebook"
 
 
 def _live_panels(text):
@@ -409,8 +411,8 @@ def _saved_widget(stem, folder=None):
 
 
 def test_live_widgets_are_on_their_pages_and_run_without_numpy_matplotlib_or_torch(site, tmp_path):
-    """Chapters 1, 7 and 13 (both editions, the same data, each in its language) carry a live panel
-    instead of the "run the notebook" line; chapter 2's widget measures on ranks and keeps that line.
+    """Chapters 1, 2, 7 and 13 (both editions, the same data, each in its language) carry a live panel
+    instead of the "run the notebook" line; chapter 2's second widget measures on ranks and keeps that line.
     The course's modules on the site are the repository's, byte for byte, and answer with numpy,
     matplotlib, torch and ipywidgets unimportable (as in Pyodide, which has none of them). A few
     seconds (13-29 s at load average 13-17)."""
@@ -419,14 +421,14 @@ def test_live_widgets_are_on_their_pages_and_run_without_numpy_matplotlib_or_tor
     from disttutor.course.site.edition import EN, ZH
 
     out, stdout = site
-    assert "live widgets (edition chapter:widget): 1:memory 7:pipeline 13:planner" in stdout, stdout[-500:]
+    assert "live widgets (edition chapter:widget): 1:memory 2:costmodel 7:pipeline 13:planner" in stdout, stdout[-500:]
     for prefix, stems in (("", STEMS), ("zh/", ZH_STEMS)):
         for stem in stems:
             text = _read(out, f"{prefix}chapters/{stem}.html")
             names = [d["name"] for d in _live_panels(text)]
             assert names == ([LIVE[stem]] if stem in LIVE else []), f"{prefix}{stem}: live panels {names}"
             if stem in LIVE:
-                assert "assets/live.js" in text and "dt-needs-kernel" not in text, f"{prefix}{stem}"
+                assert "assets/live.js" in text and ("dt-needs-kernel" in text) == (stem in MEASURES), f"{prefix}{stem}"
                 if prefix:  # the same widget as the English page's (same data), in the page's language
                     assert _live_panels(text) == _live_panels(_read(out, f"chapters/{stem}.html")), stem
                     assert ZH.labels.live_note in text and EN.labels.live_note not in text, stem
@@ -462,7 +464,7 @@ def test_live_widgets_are_on_their_pages_and_run_without_numpy_matplotlib_or_tor
     r = subprocess.run([sys.executable, "-I", "-c", probe, json.dumps(args), str(tmp_path / "course")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout) == {"memory": "stacked", "pipeline": "gantt", "planner": "hbars"}
+    assert json.loads(r.stdout) == {"memory": "stacked", "costmodel": "loglog", "pipeline": "gantt", "planner": "hbars"}
 
 
 # The first answer starts Python in the page: Pyodide compiles its 9.6 MB WebAssembly binary and
@@ -484,6 +486,15 @@ READ_PANEL = """p => ({state: p.dataset.state, runs: +(p.dataset.runs || 0), ms:
              .filter(o => o.querySelector('.jupyter-widgets') && !o.hidden).length})"""
 
 
+# Records each (state, status) the panel goes through, in order, from the moment it is installed.
+SEEN = """p => { window.dtSeen = [];
+    new MutationObserver(() => {
+        const now = [p.dataset.state, p.querySelector('.dt-live-status').textContent];
+        const last = window.dtSeen[window.dtSeen.length - 1];
+        if (!last || last[0] !== now[0] || last[1] !== now[1]) window.dtSeen.push(now);
+    }).observe(p, {attributes: true, childList: true, subtree: true, characterData: true}); }"""
+
+
 def _expected(name, kw):
     """What the notebook's widget shows for these inputs: its own functions, figure and printed table."""
     import matplotlib
@@ -491,9 +502,14 @@ def _expected(name, kw):
     import matplotlib.pyplot as plt
 
     from disttutor.launcher.results import format_table
-    from disttutor.viz import memory, pipeline, scale
+    from disttutor.viz import alphabeta, memory, pipeline, scale
 
-    if name == "memory":
+    if name == "costmodel":
+        rows, fig = alphabeta.model_view(**kw)
+        ax = fig.axes[0]
+        want = {"table": format_table(rows), "title": ax.get_title(), "error": None,
+                "values": [t.get_text() for t in ax.texts]}  # each line's time for the largest message
+    elif name == "memory":
         rows, fig = memory.calculator_view(**kw)
         ax = fig.axes[0]
         want = {"table": format_table(rows), "title": ax.get_title(), "error": None,
@@ -519,6 +535,7 @@ def _expected(name, kw):
 
 MOVES = {  # (keyword, option label or slider value) in order; each waits for its answer
     "memory": [("n", "32"), ("precision", "fp32"), ("preset", "GPT 70B-like (80 x 8192)"), ("seq", "4096")],
+    "costmodel": [("n", "64"), ("alpha_us", "1"), ("gb_s", "450"), ("n", "2")],
     "pipeline": [("m", "16"), ("schedule", "gpipe"), ("schedule", "interleaved"), ("v", "2"), ("m", "6")],
     "planner": [("n_gpus", "1024"), ("hw", "H200"), ("seq", "131072"), ("n_gpus", "8")],
 }
@@ -603,18 +620,20 @@ def test_live_widgets_redraw_from_the_course_python_in_a_real_browser(site):
                 first = first_ms = None
                 for k, (key, label) in enumerate(MOVES[name], 1):
                     kw[key] = web.value(label)
+                    if k == 1:  # every state the panel shows, as it shows it: reading it after the move races
+                        panel.evaluate(SEEN)  # with Pyodide's start, which can hold the page's thread for seconds
                     t = time.monotonic()
                     _move(panel, cs[key], label)
-                    if k == 1:  # Python takes seconds to start: the panel says so meanwhile
-                        now = panel.evaluate(READ_PANEL)
-                        if now["state"] != "loading" or now["status"] != dict(EN.labels.live_texts)["loading"]:
-                            problems.append(f"{rel}: while Python starts: {now['state']}, {now['status']!r}")
                     page.wait_for_function(f"() => +(document.querySelector('.dt-live').dataset.runs || 0) >= {k}"
                                            " || document.querySelector('.dt-live').dataset.state === 'error'",
                                            timeout=180_000)
                     wall = time.monotonic() - t
                     first = first or wall
                     got = panel.evaluate(READ_PANEL)
+                    if k == 1:  # Python takes seconds to start: the panel said so meanwhile, before its answer
+                        seen = page.evaluate("() => window.dtSeen")
+                        if not seen or seen[0] != ["loading", dict(EN.labels.live_texts)["loading"]]:
+                            problems.append(f"{rel}: while Python starts: {seen[:2]}")
                     want = _expected(name, {**kw, **fixed})
                     for field in ("table", "title", "values", "error"):
                         if got[field] != want[field]:

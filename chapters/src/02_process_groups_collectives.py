@@ -446,14 +446,12 @@ print(check_deadlock_ended(dead, timeout_s=3))
 #
 # Three all-reduces from point-to-point messages, for `n` ranks and a tensor of `N` bytes:
 #
-# | algorithm | how | steps | bytes sent by the busiest rank |
-# |---|---|---|---|
-# | naive | everybody → rank 0 adds → rank 0 sends the sum back | `2(n−1)` at rank 0 | `(n−1)·N` (and it receives as much) |
-# | tree | pairs add up in `log₂n` rounds, the total flows back down | `2·log₂n` | `≈ log₂n·N` at the root |
-# | ring | reduce-scatter then all-gather around a ring, `N/n` per message | `2(n−1)` | `2(n−1)/n·N` — *under 2N for any n* |
+# * **naive**: everybody sends to rank 0, which adds and sends the sum back;
+# * **tree**: pairs add up in `⌈log₂n⌉` rounds towards rank 0, then the sum flows back down;
+# * **ring**: reduce-scatter then all-gather around a ring, `N/n` bytes per message.
 #
-# The ring's bytes per rank barely grow with `n`. In the picture rows are ranks and columns the 4
-# chunks; the number is how many ranks' data a chunk holds, and outlined cells just arrived.
+# Section 5 derives what each costs. In the picture rows are ranks and columns the 4 chunks; the
+# number is how many ranks' data a chunk holds, and outlined cells just arrived.
 
 # %%
 from disttutor.viz.allreduce import plot_ring_schedule, ring_schedule
@@ -503,7 +501,7 @@ print(result)
 # %% [markdown] id="md-02-27"
 # The notebook as shipped holds the untouched stub, so the check says it is still a stub. A wrong
 # answer is named by rank, ring chunk and first wrong element; the collapsed cell below shows it for a
-# shortcut that is *not* an all-reduce (each rank adds its left neighbour's tensor, once).
+# shortcut that is *not* an all-reduce.
 
 # %% tags=["proof", "nbval-check-output"]
 import contextlib
@@ -540,12 +538,41 @@ assert len(CASES) + 1 == 12
 #
 # ## 5. How fast? Latency, bandwidth and the α–β model
 #
-# The **α–β model**: a message costs a fixed **latency** α plus β per byte, `t(N) = α + β·N`, so `1/β`
-# is the **bandwidth**. The **bus bandwidth** `busbw = N/t · 2(n−1)/n` is the rate each rank's link
-# carries in a ring all-reduce, comparable across rank counts.
+# A message of $b$ bytes takes $t = \alpha + b/B$: a fixed **latency** $\alpha$ (seconds) plus its
+# bytes over the **bandwidth** $B$ (bytes/s): the **α–β model**, written with $B = 1/\beta$.
+
+# %% [markdown] id="md-02-40" tags=["derivation"]
+# **Derivation.** Each rank's link sends one message while it receives another; adding is free. For
+# `n` ranks and a tensor of $N$ bytes each:
 #
-# Below, `dist.all_reduce` ("builtin"), naive and ring on 2 ranks, 64 KB to 16 MB; a point is the
-# median call, timed on its slowest rank.
+# * **naive**: rank 0 receives $n-1$ tensors one after another, then sends $n-1$:
+#   $T_\text{naive} = 2(n-1)\,(\alpha + N/B)$.
+# * **tree**: $\lceil\log_2 n\rceil$ rounds up and as many down, a whole tensor each:
+#   $T_\text{tree} = 2\lceil\log_2 n\rceil\,(\alpha + N/B)$.
+# * **ring**: $2(n-1)$ steps, each sending $N/n$ while receiving $N/n$:
+#   $T_\text{ring} = 2(n-1)\,\alpha + \frac{2(n-1)}{n}\cdot\frac{N}{B}$.
+#
+# The ring's bandwidth term stays under $2N/B$ for any $n$, but it pays α $2(n-1)$ times. Setting
+# $T_\text{ring} = T_\text{tree}$: the ring is faster above
+# $N^* = \alpha B\,\frac{n-1-\lceil\log_2 n\rceil}{\lceil\log_2 n\rceil-(n-1)/n}$.
+
+# %% tags=["schematic"]
+from disttutor.viz.alphabeta import SENT, cost_widget
+
+cost_widget()  # starts at a 1 GbE-like link: α = 20 µs, B = 0.125 GB/s
+
+# %% [markdown] id="md-02-41"
+# Move the sliders: the title gives $N^*$, and `sent_xN` is what the busiest rank sends, in tensors. On
+# 2 ranks every algorithm sends one tensor, yet the ring's bandwidth term is half: its two halves
+# cross at once, one each way.
+
+# %% tags=["proof", "nbval-check-output"]
+print(check_cost_model(SENT))
+
+# %% [markdown] id="md-02-42"
+# Below, `dist.all_reduce` ("builtin"), naive and ring on 2 ranks, 64 KiB to 16 MiB; a point is the
+# median call, timed on its slowest rank, and lines fit α + N/B per call. The **bus bandwidth**
+# `busbw = N/t · 2(n−1)/n` is the rate each rank's link carries in a ring all-reduce.
 
 # %%
 from disttutor.viz.allreduce import plot_sweep, sweep
@@ -563,25 +590,9 @@ load = os.getloadavg()[0]
 print(f"load {load:.1f}: " + check_sweep(data, ("builtin", "naive", "ring"), (2,), SIZES, disttutor.quiet(load)))
 
 # %% [markdown] id="md-02-30"
-# Compare the bus bandwidth of the smallest and the largest message above: the model predicts the
-# larger one higher, since it spreads the fixed α over more bytes. These ranks share one machine's
-# cores, not network links, and timings vary from run to run. What does the model say separates the
-# three algorithms? The bytes the busiest rank sends, in units of `N`:
-
-# %% tags=["nbval-check-output"]
-import math
-
-model = {"naive": lambda n: n - 1, "tree": lambda n: math.ceil(math.log2(n)), "ring": lambda n: 2 * (n - 1) / n}
-print(format_table([{"ranks": n, **{a: float(f(n)) for a, f in model.items()}} for n in (2, 4, 8, 16)]))
-
-# %% tags=["proof", "nbval-check-output"]
-print(check_cost_model(model))
-
-# %% [markdown] id="md-02-32"
-# With 2 ranks every algorithm sends one tensor in 2 steps: the model sees no difference, so what the
-# sweep shows between them is implementation and noise. With more ranks the naive and tree roots carry
-# more and more, while the ring stays below `2N`. The widget times what you pick; ranks beyond the
-# cores share them.
+# The model predicts bus bandwidth rising with message size, spreading α over more bytes, and on 2
+# ranks the ring faster than naive. The verdict and the plot say whether this run agrees: these ranks
+# share one machine's cores and memory, not links, and timings vary between runs.
 
 # %%
 from disttutor.viz.allreduce import widget
@@ -593,7 +604,7 @@ widget()
 #
 # The course's **emulated link** (chapter 8) stands in for a network: messages still travel for real
 # and sums stay exact, but a message of `b` bytes holds the sender's and the receiver's link for
-# `α + b/β`, one message after another, waiting asleep. `over_link` runs section 4's functions
+# `α + b/B`, one message after another, waiting asleep. `over_link` runs section 4's functions
 # unchanged over it:
 
 # %%
@@ -602,20 +613,21 @@ from disttutor.viz import links as linkviz
 show_code("disttutor.programs.emulated_link", "ring")
 
 # %% [markdown] id="md-02-34"
-# The naive root receives `n−1` whole tensors one after another, then sends `n−1`: `2(n−1)·(α + N/β)`.
-# In a ring step every rank sends a chunk of `N/n` while it receives one, all links busy at once:
-# `2(n−1)·(α + N/(nβ))`, about `n` times faster when `N/β` dwarfs α. Below, 4 and 8 ranks on a 1 GbE
-# link; a message whose real loopback trip outlasted the link's time counts as *late*, and pushes the
-# measured time above the model's.
+# The derivation's $T_\text{naive}/T_\text{ring}$ approaches $n$ when $N/(nB)$ dwarfs α. Below, 4 and
+# 8 ranks on a 1 GbE link; a message whose real loopback trip outlasted the link's time is *late*: it
+# pushes the measured time above the model's, and a late ring message shrinks the ratio.
 
 # %%
+from disttutor.links.presets import PRESETS
+
 ring_runs = []
 for n in (4, 8):
     run = disttutor.launch("emulated_link", nproc=n, args={"link": "1GbE", "parts": ("ring",), "sizes": (4 << 20,)},
                            stream=False, timeout=280)
     print(run.command)
     ring_runs.append(run.results[0]["ring"][0])
-link_caption = ring_runs[0]["caption"]
+link = PRESETS["1GbE"]
+link_caption = f"{link.name}: α = {link.alpha.value * 1e6:g} µs, B = {link.beta.value / 1e9:g} GB/s"
 linkviz.plot_ring_vs_naive(ring_runs, link_caption)
 plt.show()
 print(f"{link_caption}, {ring_runs[0]['bytes'] >> 20} MiB")
@@ -639,7 +651,7 @@ print("naive and ring all-reduce on the emulated link, 4 and 8 ranks: sums equal
 # * NCCL for GPUs, Gloo for CPUs (in every wheel): the runtime picks, the program does not change.
 # * All-reduce = reduce-scatter + all-gather; a ring sends 2(n−1)/n · N bytes per rank, whatever n.
 # * Blocking sends facing each other deadlock: post `isend`/`irecv`, then wait on both.
-# * Time ≈ α + β·N: latency rules small messages, bandwidth large ones — the reason DDP packs gradients into buckets.
+# * Time ≈ α + N/B: latency rules small messages, bandwidth large ones — the reason DDP packs gradients into buckets.
 
 # %% [markdown] id="md-02-37" tags=["question"]
 # ## Check your understanding

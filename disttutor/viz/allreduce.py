@@ -6,7 +6,7 @@ headless runs use the same code:
 * :func:`sweep` launches :mod:`disttutor.programs.allreduce_bench` (once per
   world size) and returns rows of measurements;
 * :func:`fit_alpha_beta` fits the latency–bandwidth model
-  ``t(N) = α + β·N`` (α: fixed cost per call, s; β: s per byte);
+  ``t(N) = α + N/B`` (α: fixed cost per call, s; B: bandwidth, bytes/s -- the course's one notation);
 * :func:`plot_sweep` draws time and bus bandwidth against message size;
 * :func:`widget` wraps :func:`measure_and_plot` in ipywidgets.
 
@@ -70,22 +70,22 @@ def sweep(algos: Sequence[str] = ALGOS, nprocs: Sequence[int] = (2,), sizes: Seq
 
 @dataclass(frozen=True)
 class AlphaBeta:
-    """``t(N) = alpha + beta * N``: alpha in s, beta in s/byte."""
+    """``t(N) = alpha + N / B``: alpha in s; the fit's slope ``per_byte = 1/B`` in s/byte (0: B infinite)."""
 
     alpha: float
-    beta: float
+    per_byte: float
 
     @property
     def bandwidth(self) -> float:
-        """1/β in bytes/s: the rate large messages approach."""
-        return float("inf") if self.beta == 0 else 1.0 / self.beta
+        """B in bytes/s: the rate large messages approach."""
+        return float("inf") if self.per_byte == 0 else 1.0 / self.per_byte
 
     def predict(self, sizes: Sequence[float]) -> np.ndarray:
-        return self.alpha + self.beta * np.asarray(sizes, dtype=float)
+        return self.alpha + self.per_byte * np.asarray(sizes, dtype=float)
 
 
 def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> AlphaBeta:
-    """Least-squares fit of ``t = α + β·N`` on *relative* error, with α, β ≥ 0.
+    """Least-squares fit of ``t = α + N/B`` on *relative* error, with α ≥ 0 and B > 0 (possibly infinite).
 
     Sizes span orders of magnitude: a plain fit would be decided by the
     largest message alone, so each point is weighted by ``1/t`` (every point
@@ -98,12 +98,12 @@ def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> AlphaBeta:
     if np.any(t <= 0) or np.any(n <= 0):
         raise ValueError("sizes and times must be positive")
     w = 1.0 / t
-    (alpha, beta), *_ = np.linalg.lstsq(np.stack([w, n * w], 1), np.ones_like(t), rcond=None)
-    if alpha < 0:   # pure bandwidth: refit through the origin
-        alpha, beta = 0.0, float(np.sum(n * w) / np.sum((n * w) ** 2))
-    if beta < 0:    # pure latency
-        alpha, beta = float(np.sum(w) / np.sum(w * w)), 0.0
-    return AlphaBeta(float(alpha), float(beta))
+    (alpha, per_byte), *_ = np.linalg.lstsq(np.stack([w, n * w], 1), np.ones_like(t), rcond=None)
+    if alpha < 0:     # pure bandwidth: refit through the origin
+        alpha, per_byte = 0.0, float(np.sum(n * w) / np.sum((n * w) ** 2))
+    if per_byte < 0:  # pure latency
+        alpha, per_byte = float(np.sum(w) / np.sum(w * w)), 0.0
+    return AlphaBeta(float(alpha), float(per_byte))
 
 
 def _human(nbytes: float) -> str:
@@ -115,8 +115,8 @@ def _human(nbytes: float) -> str:
 
 
 def _bw_text(m: AlphaBeta) -> str:
-    # β = 0 means the times did not grow with size: noise hid the per-byte cost (measure larger sizes)
-    return f"1/β={m.bandwidth / 1e9:.2g} GB/s" if m.beta > 0 else "β≈0 (size effect lost in noise)"
+    # no slope means the times did not grow with size: noise hid the per-byte cost (measure larger sizes)
+    return f"B={m.bandwidth / 1e9:.2g} GB/s" if m.per_byte > 0 else "B unmeasurable (size effect lost in noise)"
 
 
 def fits(data: Sequence[dict[str, Any]]) -> dict[tuple[str, int], AlphaBeta]:
@@ -159,7 +159,7 @@ def plot_sweep(data: Sequence[dict[str, Any]], fit: bool = True, title: str | No
     ax_t.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.5, 1, 2 instead of 2×10⁰
     ax_t.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
     ax_t.set_ylabel("time per all-reduce (ms)")
-    ax_t.set_title("latency: points measured, lines t = α + β·N")
+    ax_t.set_title("latency: points measured, lines t = α + N/B")
     ax_b.set_ylabel("bus bandwidth (GB/s)")
     ax_b.set_title("bus bandwidth = N/t · 2(n−1)/n")
     for ax in (ax_t, ax_b):  # below the axes: the points stay visible

@@ -1,16 +1,16 @@
 """The web edition's live widgets: each widget that needs no ranks, as data its page draws.
 
-Introduced for the web edition (``python3 course.py site``, chapters 1, 7 and 13). A chapter page
+Introduced for the web edition (``python3 course.py site``, chapters 1, 2, 7 and 13). A chapter page
 runs this module, and the course's modules it imports, unchanged in the reader's browser (Pyodide,
 which has no numpy and no matplotlib): moving a control calls :func:`run`, which calls the same
 functions the notebook's widget calls and returns what to draw -- numbers, labels, colours, the
 printed table -- as JSON; the page draws it as SVG. Nothing is computed here: the numbers come from
-:mod:`disttutor.viz.memory`, :mod:`disttutor.viz.pipeline` and :mod:`disttutor.viz.scale` (and the
-formulas behind them); this module only lays their results out.
+:mod:`disttutor.viz.memory`, :mod:`disttutor.viz.alphabeta`, :mod:`disttutor.viz.pipeline` and
+:mod:`disttutor.viz.scale` (and the formulas behind them); this module only lays their results out.
 
 :data:`LIVE` lists the live widgets: the call in a notebook cell that shows one, and its controls
 by the label each shows (the widget modules' ``CONTROLS``; a notebook's saved widget state names
-its controls by these labels). Chapter 2's widget is not here: it measures, on ranks.
+its controls by these labels). Chapter 2's cost model is here; its measuring widget is not: it runs ranks.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from typing import Callable
 from disttutor.launcher.results import format_table
 from disttutor.scale import hardware, planner, shapes
 from disttutor.sharding import memory as mem
+from disttutor.viz import alphabeta as vab
 from disttutor.viz import memory as vmem
 from disttutor.viz import pipeline as vpipe
 from disttutor.viz import scale as vscale
@@ -53,6 +54,15 @@ def _pipeline(schedule: str, p: int, m: int, v: int) -> dict:
             "bubble_drawn": info["bubble_drawn"], "bubble_formula": info["bubble_formula"],
             "formula": info["formula"], "peak_in_flight": [float(x) for x in info["peak_in_flight"]],
             "peak_labels": [vpipe.PEAK_FMT % x for x in info["peak_in_flight"]]}
+
+
+def _costmodel(n: int, alpha_us, gb_s) -> dict:
+    return {"kind": "loglog", "title": vab.title(n, alpha_us, gb_s), "xlabel": vab.XLABEL, "ylabel": vab.YLABEL,
+            "x": list(vab.SIZES), "series": [list(c) for c in vab.curves(n, alpha_us, gb_s)],
+            "labels": vab.end_labels(n, alpha_us, gb_s), "xticks": [[1 << k, f"1 {u}"] for k, u in
+                                                                   ((10, "KiB"), (20, "MiB"), (30, "GiB"))],
+            "yticks": [[10.0 ** k, vab.human_time(10.0 ** k)] for k in range(-6, 6)],
+            "table": format_table(vab.model_rows(n, alpha_us, gb_s))}
 
 
 def _planner(model: str, n_gpus: int, hw: str, seq: int, global_batch: int, efficiency: float) -> dict:
@@ -107,6 +117,7 @@ class Live:
 
 LIVE = (
     Live("memory", r"(?<![\w.])calculator\(\s*\)", vmem.CONTROLS, _memory),
+    Live("costmodel", r"(?<![\w.])cost_widget\(", vab.CONTROLS, _costmodel),
     Live("pipeline", r"(?<![\w.])bubble_widget\(", vpipe.CONTROLS, _pipeline),
     Live("planner", r"(?<![\w])planner_widget\(", vscale.CONTROLS, _planner, _planner_efficiency),
 )

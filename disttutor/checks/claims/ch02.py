@@ -169,7 +169,7 @@ def check_emulated_link(runs: Sequence[Mapping[str, Any]], quiet: bool) -> str:
     only there) the ring is faster than the naive all-reduce at every rank count."""
     for r in runs:
         for a in ("naive", "ring"):
-            # The link's time is a floor: each message waits its alpha + bytes/beta (5 %: the ranks leave the barrier
+            # The link's time is a floor: each message waits its α + bytes/B (5 %: the ranks leave the barrier
             # that starts a call up to a few ms apart on a busy machine, and the model's time is counted from each
             # rank's own start).
             claim(r[f"{a}_s"] >= 0.95 * r[f"{a}_model_s"],

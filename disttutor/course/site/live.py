@@ -1,7 +1,7 @@
 """Live widgets on the web pages: controls that run the course's own Python in the reader's browser.
 
 A widget that needs no ranks (:data:`disttutor.viz.web.LIVE`: chapter 1's memory calculator,
-chapter 7's schedule simulator, chapter 13's planner) is found by the call in its cell's source;
+chapter 2's all-reduce cost model, chapter 7's schedule simulator, chapter 13's planner) is found by the call in its cell's source;
 its controls are read from the notebook's saved widget state (labels, options, the values the build
 saw). The page gets those controls as plain HTML form elements, which work before any script runs,
 above the widget's saved output. ``assets/live.js`` loads Pyodide (vendored from npm, see

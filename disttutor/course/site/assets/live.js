@@ -167,7 +167,42 @@
     return svg;
   }
 
-  var DRAW = { stacked: stacked, hbars: hbars, gantt: gantt };
+  // Chapter 2: the alpha-beta model's predicted time against message size, log-log, one line per
+  // all-reduce, its time for the largest message at the line's end (ticks placed and named by Python).
+  function loglog(d) {
+    var W = 820, H = 380, L = 70, R = 150, T = 34, B = 50, w = W - L - R, h = H - T - B;
+    var svg = el("svg", { viewBox: "0 0 " + W + " " + H, width: W, role: "img" });
+    var lg = function (v) { return Math.log(v) / Math.LN10; };
+    var all = [].concat.apply([], d.series.map(function (s) { return s[2]; }));
+    var x0 = lg(d.x[0]), x1 = lg(d.x[d.x.length - 1]);
+    var y0 = Math.floor(lg(Math.min.apply(null, all))), y1 = Math.ceil(lg(Math.max.apply(null, all)));
+    if (y1 <= y0) y1 = y0 + 1;
+    var x = function (v) { return L + w * (lg(v) - x0) / (x1 - x0); };
+    var y = function (v) { return T + h - h * (lg(v) - y0) / (y1 - y0); };
+    title(svg, W, d.title);
+    d.yticks.forEach(function (t) {
+      if (lg(t[0]) < y0 - 1e-9 || lg(t[0]) > y1 + 1e-9) return;
+      svg.appendChild(el("line", { x1: L, x2: L + w, y1: y(t[0]), y2: y(t[0]), stroke: "#eee" }));
+      svg.appendChild(el("text", { x: L - 5, y: y(t[0]) + 4, "text-anchor": "end", "class": "dt-live-small" }, t[1]));
+    });
+    d.xticks.forEach(function (t) {
+      svg.appendChild(el("line", { x1: x(t[0]), x2: x(t[0]), y1: T, y2: T + h, stroke: "#eee" }));
+      svg.appendChild(el("text", { x: x(t[0]), y: T + h + 14, "text-anchor": "middle", "class": "dt-live-small" }, t[1]));
+    });
+    svg.appendChild(el("rect", { x: L, y: T, width: w, height: h, fill: "none", stroke: "#888" }));
+    d.series.forEach(function (s, i) {  // [name, colour, seconds at each x]
+      var pts = d.x.map(function (v, j) { return x(v).toFixed(1) + "," + y(s[2][j]).toFixed(1); }).join(" ");
+      svg.appendChild(el("polyline", { points: pts, fill: "none", stroke: s[1], "stroke-width": 2 }));
+      svg.appendChild(el("text", { x: L + w + 6, y: y(s[2][s[2].length - 1]) + 4, fill: s[1], "class": "dt-live-value" },
+                         d.labels[i]));
+    });
+    svg.appendChild(el("text", { x: L + w / 2, y: T + h + 32, "text-anchor": "middle", "class": "dt-live-small" }, d.xlabel));
+    svg.appendChild(el("text", { x: 14, y: T + h / 2, "text-anchor": "middle", "class": "dt-live-small",
+                                 transform: "rotate(-90 14 " + (T + h / 2) + ")" }, d.ylabel));
+    return svg;
+  }
+
+  var DRAW = { stacked: stacked, hbars: hbars, gantt: gantt, loglog: loglog };
 
   function setup(panel) {
     var spec = JSON.parse(panel.getAttribute("data-live"));
