@@ -6,7 +6,7 @@
 # Chapter 6 cut a model into pieces on different devices and found the catch: while device 1
 # computes, device 0 waits. **Pipeline parallelism** cuts each mini-batch into **micro-batches** and
 # streams them through the stages, so that stage 0 works on micro-batch 2 while stage 1 works on
-# micro-batch 1. This chapter derives what that leaves idle (the **bubble**), draws the schedules
+# micro-batch 1. This chapter derives what that leaves idle (the **bubble**), draws five schedules
 # PyTorch ships, trains with `torch.distributed.pipelining` on real ranks, and measures the bubble.
 
 # %% tags=["chapter-header"]
@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import disttutor
-from disttutor.checks.claims.ch07 import WORST_MISS, check_bubble_model, check_schedule_drawings
+from disttutor.checks.claims.ch07 import check_bubble_model, check_schedule_drawings
 from disttutor.launcher.results import format_table
 from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
 from disttutor.viz.pipeline import bubble_widget, describe, measured_figure, theory_figure
@@ -189,18 +189,16 @@ print(check_one_f_one_b(one_f_one_b))
 # %% [markdown] id="md-07-12"
 # ## 3. Training with `torch.distributed.pipelining`
 #
-# Every rank builds the *same* model from a seed and keeps its own piece. Three objects do the rest:
+# Every rank builds the *same* model from a seed and keeps its own piece. Then:
 #
 # * `PipelineStage(piece, stage_index, num_stages, device)`: one stage, which sends activations to
 #   the next stage and gradients to the previous one;
 # * a schedule, `ScheduleGPipe(stage, n_microbatches, loss_fn)` or `Schedule1F1B(...)`: the order of F
 #   and B (`ScheduleInterleaved1F1B` takes a list of stages);
-# * `schedule.step(...)`: the first stage passes the mini-batch (the schedule cuts it), the last
-#   passes the targets and gets the losses, the middle ones pass nothing.
+# * `schedule.step(...)`: the first stage passes the mini-batch, the last the targets, the others nothing.
 #
-# Then one ordinary `optimizer.step()` per mini-batch. The loss is a mean per micro-batch, and the
-# schedule divides the summed gradients by m (`scale_grads=True`): with equal micro-batches that is
-# the gradient of the full-batch mean.
+# The loss is a mean per micro-batch and the schedule divides the summed gradients by m
+# (`scale_grads=True`): with equal micro-batches, the gradient of the full-batch mean.
 
 # %%
 %%writefile pipeline_train.py
@@ -294,7 +292,7 @@ print(f"✓ every rank's weights within {TOL} of one-process training; torch ran
 # ### The measured timeline
 #
 # Beside the drawing, what the two ranks did in the last step. The drawing assumes equal slots and
-# free sends; the run has sends over the network, Python between slots, and a last stage that also
+# free sends; the run has sends between processes, Python between slots, and a last stage that also
 # computes the loss. Compare the *shape* (warm-up forwards, alternating F and B, drain), then the
 # bubble printed under it.
 
@@ -319,7 +317,8 @@ slots_il = slots_from_events([r["events"] for r in run_il.results])
 fig = measured_figure(spec_il, slots_il, note=f"(2 ranks on {n_cores} cores)")
 plt.show()
 b_il = bubble_stats(slots_il, 2)["bubble"]
-print(f"interleaved, p = 2, v = 2, m = 4: measured bubble {b_il:.3f}, formula {formula(spec_il):.3f}")
+print(f"interleaved, p = 2, v = 2, m = 4: measured bubble {b_il:.3f}, formula {formula(spec_il):.3f}: "
+      f"{'above' if b_il > formula(spec_il) else 'not above'} it")
 
 # %% tags=["proof", "nbval-check-output"]
 assert all(r["max_weight_diff"] < TOL for r in run_il.results)
@@ -328,8 +327,8 @@ assert measured_orders(run_il) == [[(a.kind, a.mb, a.stage) for a in acts] for a
 print(f"✓ interleaved: stages [0, 2] and [1, 3], within {TOL} of one-process training, the simulator's order")
 
 # %% [markdown] id="md-07-39"
-# Both measured bubbles sit above their formulas: every gap between two slots (a send, a receive,
-# the schedule's Python) is idle time the formula does not count, and interleaving has more of them.
+# Every gap between two slots (a send, a receive, the schedule's Python) is idle time the formula
+# does not count, and on 2 ranks interleaving makes three times 1F1B's sends.
 
 # %% [markdown] id="md-07-18"
 # ### Exercise 7.2 — the bubble of a measured run
@@ -364,12 +363,10 @@ if result_7_2.passed:  # your function on this chapter's own 1F1B run
 # %% [markdown] id="md-07-19"
 # ## 4. More micro-batches, measured
 #
-# The formula's lesson is that the bubble falls as m grows. It holds on real ranks when a slot is
-# long against the gap between two slots; when it is not, the gaps fill the timeline whatever m is.
-# So this run gives every rank a core of its own (2 stages on a 2-core machine, 4 on 4 or more),
-# stages of 4 × Linear(1024, 1024), and a micro-batch sized so that a forward slot lasts about ten
-# gaps of the interleaved run above. The micro-batch keeps its size as m grows, so a slot costs the
-# same at every m. GPipe and 1F1B, m = p, 2p and 4p (`Schedule1F1B` refuses fewer than p):
+# The formula says the bubble falls as m grows. A run can show it only when a slot is long against
+# the gap between two slots. So the run uses one rank per core (2 stages, or 4 on 4 cores or more)
+# and a micro-batch of a fixed size, chosen so that a forward slot lasts up to about ten gaps of the
+# interleaved run above. GPipe and 1F1B, m = p, 2p and 4p (`Schedule1F1B` refuses fewer than p):
 
 # %%
 from disttutor.pipeline.bubble_model import explain_run
@@ -409,9 +406,9 @@ if quiet:  # timing asserts only with a core a rank and nothing else running
 print("✓ " + check_bubble_model(sweep, NOISE, quiet))
 
 # %% [markdown] id="md-07-20"
-# Read the last lines as "1.0: the measured bubble fell as much as the formula's". It falls, but
-# less: the gaps between slots do not shrink with m, and they add idle time the formula does not
-# count. The formula is a floor; the measured timeline says how far above it a run sits.
+# In the last two lines, 1.0 means the measured bubble fell as much as the formula's. The formula
+# counts equal slots and free sends; gaps between slots, and other work on the machine, add idle
+# time it does not count.
 #
 # ## 5. Two traps
 #
@@ -443,16 +440,14 @@ assert trap_shape.outcome == "finished" and trap_shape.ranks[1].status == "error
 assert "shapes cannot be multiplied" in trap_shape.ranks[1].error
 
 # %% [markdown] id="md-07-26"
-# The fix for both: choose m ≥ p (several times p, for a small bubble), and before distributing the
-# stages run them one after another in one process on a sample micro-batch: a shape bug then fails in
-# a plain traceback.
+# The fixes: m ≥ p (several times p, for a small bubble); and run the stages one after another in
+# one process on a sample micro-batch before distributing them.
 #
 # ## 6. Data parallel × pipeline parallel on a 2×2 mesh (the article's §7.1)
 #
 # Two data-parallel replicas, each a 2-stage pipeline, on 4 ranks. A `DeviceMesh` gives each rank
-# two groups: its `pp` group (its pipeline: activations and gradients travel there) and its `dp`
-# group (the same stage in the other replica). After the schedule's backward, each rank all-reduces
-# its gradients over `dp` and divides by 2, as DDP would, then steps:
+# its `pp` group (its pipeline) and its `dp` group (the same stage in the other replica). After the
+# schedule's backward, gradients are averaged over `dp`, as DDP would, then each rank steps:
 #
 # ```python
 # mesh = init_device_mesh(device_type, (2, 2), mesh_dim_names=("dp", "pp"))
@@ -542,7 +537,7 @@ print("✓ at p = 2 and 4, m = 8 and 16, both zero-bubble drawings idle less tha
 # %% [markdown] id="md-07-29"
 # Not zero: at the start no gradient exists yet, so no W can fill the warm-up. The paper reaches zero
 # only when F, I and W cost exactly the same and sends are free. The price is memory: a micro-batch's
-# activations live until its W, not its B (right-hand column).
+# activations live until its W, not its B (right-hand column: more than 1F1B on every rank but rank 0).
 #
 # ### On real ranks
 #
@@ -618,11 +613,10 @@ print(f"sends between ranks per step (m = {ZB['microbatches']}): "
       + ", ".join(f"{k} {v} ({v / sends['1f1b']:g}x)" for k, v in sends.items()))
 
 # %% [markdown] id="md-07-32"
-# Compare the measured column with the simulated one. The drawing counts no sends, and on 2 ranks
-# the interleaved schedules hand three times as many tensors between ranks as 1F1B, ZB-V twice
-# (counted in the proof above). Where a slot is short against a hand-off, that overhead can outweigh
-# the bubble a schedule removes. Zero bubble pays off where a slot is long against a hand-off and
-# p is large, so that 1F1B's (p − 1)/(m + p − 1) is large.
+# The drawing counts no sends; on 2 ranks the interleaved schedules send three times as many tensors
+# between ranks as 1F1B, ZB-V twice (counted above). Where a slot is short against a send, that
+# overhead can outweigh the bubble a schedule removes. These schedules are built for slots long
+# against a send and many stages, where 1F1B's (p − 1)/(m + p − 1) is large.
 #
 # ## 8. Stage balance: a pipeline runs at its slowest stage's pace
 #
@@ -661,7 +655,8 @@ print(f"✓ both splits equal one process; rank 0's CPU work is {work_u:.1f}x ra
 # The idle columns are each rank's bubble read off the timeline: with 6 + 2, rank 1 waits for rank 0
 # on every micro-batch. Balancing is measuring: time each stage, then move layers from the slow
 # stage to the fast one. In real models the embedding and the output layer (with a large
-# vocabulary) are unlike the middle blocks, so frameworks cut by measured cost, not by layer count.
+# vocabulary) are unlike the middle blocks, so frameworks cut by measured cost or parameter count,
+# not by layer count.
 
 # %% [markdown] id="md-07-34" tags=["takeaways"]
 # ## Key takeaways
@@ -670,7 +665,7 @@ print(f"✓ both splits equal one process; rank 0's CPU work is {work_u:.1f}x ra
 # * One pipeline step = one mini-batch cut into m micro-batches, each forward and backward, then **one** optimizer step: it equals single-process training.
 # * The bubble is (p − 1)/(m + p − 1) for GPipe and 1F1B, (p − 1)/(v·m + p − 1) interleaved.
 # * 1F1B holds p − r micro-batches of activations instead of m: same bubble, less memory.
-# * A measured bubble also holds sends, Python and imbalance: the formula is a floor.
+# * A measured bubble also holds sends, Python and imbalance, which the formula does not count.
 
 # %% [markdown] id="md-07-35" tags=["question"]
 # ## Check your understanding
@@ -691,8 +686,7 @@ q1 = disttutor.launch("pipeline", nproc=4, stream=False, timeout=200,
 slots = sorted((s for s in slots_from_events([r["events"] for r in q1.results]) if s.rank == 0), key=lambda s: s.start)
 measured = next(i for i, s in enumerate(slots) if s.kind == "B")
 reveal("7.q1", my_prediction, measured, rel_tol=0,  # a count from torch's order: exact
-       explain=f"1F1B's warm-up: rank r runs p − r forwards before its first backward; rank 0 of 4: {measured}. "
-       "That is also the most activations it holds.")
+       explain=f"Rank r runs p − r warm-up forwards: 4 − 0 = {measured}, also the most activations it holds.")
 
 # %% [markdown] id="md-07-36" tags=["question"]
 # **Question 7.2.** A pipeline of p = 8 stages. How many micro-batches does GPipe need for a bubble below 10 %? And interleaved 1F1B with v = 2 stages per rank?

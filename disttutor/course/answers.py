@@ -175,7 +175,7 @@ def _():
             f"Interleaved, v = 2: (p−1)/(v·m+p−1) < 0.1 ⇔ v·m > {9 * (p - 1)}: **m = {m_il}** "
             f"(bubble {(p - 1) / (2 * m_il + p - 1):.3f}).\n"
             "Each micro-batch is then small: smaller matrix multiplications, and more sends per step,\n"
-            "which is why a measured bubble sits above the formula's (section 4).")
+            "costs the formula does not count (section 4).")
 
 
 @_answer("7.q3")
