@@ -303,7 +303,7 @@ fig = measured_figure(spec_1f1b, measured, note=f"(2 ranks on {n_cores} cores)")
 plt.show()
 b_1f1b = bubble_stats(measured, 2)["bubble"]
 print(f"1F1B, p = 2, m = 4: measured bubble {b_1f1b:.3f}, formula {formula(spec_1f1b):.3f}: "
-      f"{'above' if b_1f1b > formula(spec_1f1b) else 'not above'} it")
+      f"{'above' if b_1f1b > formula(spec_1f1b) else 'not above'} it (load average {os.getloadavg()[0]:.1f})")
 
 # %% [markdown] id="md-07-16"
 # **Interleaved 1F1B** on the same two ranks, v = 2 (rank 0 holds stages 0 and 2, rank 1 holds 1 and 3):
@@ -318,7 +318,7 @@ fig = measured_figure(spec_il, slots_il, note=f"(2 ranks on {n_cores} cores)")
 plt.show()
 b_il = bubble_stats(slots_il, 2)["bubble"]
 print(f"interleaved, p = 2, v = 2, m = 4: measured bubble {b_il:.3f}, formula {formula(spec_il):.3f}: "
-      f"{'above' if b_il > formula(spec_il) else 'not above'} it")
+      f"{'above' if b_il > formula(spec_il) else 'not above'} it (load average {os.getloadavg()[0]:.1f})")
 
 # %% tags=["proof", "nbval-check-output"]
 assert all(r["max_weight_diff"] < TOL for r in run_il.results)
@@ -327,8 +327,9 @@ assert measured_orders(run_il) == [[(a.kind, a.mb, a.stage) for a in acts] for a
 print(f"✓ interleaved: stages [0, 2] and [1, 3], within {TOL} of one-process training, the simulator's order")
 
 # %% [markdown] id="md-07-39"
-# Every gap between two slots (a send, a receive, the schedule's Python) is idle time the formula
-# does not count, and on 2 ranks interleaving makes three times 1F1B's sends.
+# Every gap between two slots (a send, a receive, the schedule's Python, a rank waiting for a core
+# that other programs hold) is idle time the formula does not count; on 2 ranks interleaving makes
+# three times 1F1B's sends.
 
 # %% [markdown] id="md-07-18"
 # ### Exercise 7.2 — the bubble of a measured run
