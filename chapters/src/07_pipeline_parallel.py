@@ -65,8 +65,7 @@ try:
 except AttributeError:
     loop = "AttributeError"
 assert old is None and new is not None and article_import == "ModuleNotFoundError" and loop == "AttributeError"
-print(f"✓ torch {torch.__version__}: Pipe's module not found, pipelining found; "
-      f"the import raises {article_import}, .local_value() {loop}")
+print(f"✓ Pipe's module not found, pipelining found; the import raises {article_import}, .local_value() {loop}")
 
 # %% [markdown] id="md-07-05"
 # ## 1. Micro-batches and the bubble
@@ -643,7 +642,7 @@ for (counts, sl), cpu in zip(bal, bal_cpu):
                      "idle rank 1": round(st["per_rank"][1], 3), "step window ms": round(1e3 * st["makespan"], 1)})
 print(format_table(bal_rows))
 
-# %% tags=["proof", "nbval-check-output"]
+# %% tags=["proof"]
 (u, bl) = bal_rows
 work_u = u["CPU ms rank 0"] / u["CPU ms rank 1"]   # CPU time: the work, whatever else the machine runs
 work_b = bl["CPU ms rank 0"] / bl["CPU ms rank 1"]
