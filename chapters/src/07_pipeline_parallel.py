@@ -58,7 +58,7 @@ try:
 except ImportError as e:
     article_import = type(e).__name__
 torch.manual_seed(0)
-listing = torch.nn.Sequential(torch.nn.Linear(10, 100), torch.nn.ReLU(), torch.nn.Linear(100, 10))  # Pipe's model
+listing = torch.nn.Sequential(torch.nn.Linear(10, 100), torch.nn.ReLU(), torch.nn.Linear(100, 10))  # a small MLP
 try:
     listing(torch.randn(8, 10)).local_value()  # the article's training loop, without Pipe
     loop = "ran"
@@ -164,8 +164,9 @@ ui = bubble_widget(PipeSpec("1f1b", p=4, m=8))
 # Write `one_f_one_b(rank, p, m)`: the list of actions rank `rank` of a `p`-stage pipeline runs for
 # `m` micro-batches under 1F1B, as `("F", i)` (forward of micro-batch i) and `("B", i)` (its
 # backward), in order. Mind the case of fewer micro-batches than stages. The checker compares your
-# lists with torch's `Schedule1F1B` for several shapes, and with the order its forwards and backwards
-# really ran on 3 ranks (this chapter's program, 4 micro-batches).
+# lists with the chapter's model of torch's `Schedule1F1B` order for several shapes (some with m < p,
+# which the class itself refuses), and with the order its forwards and backwards really ran on 3
+# ranks (this chapter's program, 4 micro-batches).
 
 # %%
 card("7.1")
@@ -269,7 +270,7 @@ print(run_1f1b.command)
 print(run_1f1b.table("stages", "max_weight_diff"))
 
 # %% tags=["proof", "nbval-check-output"]
-# float32: micro-batched gradient sums round differently from the full-batch one (~1e-8 seen);
+# float32: micro-batched gradient sums round differently from the full-batch one (order 1e-9 to 1e-8);
 # 1e-5 is far below what a real bug (a missing 1/m, a lost micro-batch: ~1e-2) would produce.
 TOL = 1e-5
 
@@ -326,9 +327,10 @@ assert measured_orders(run_il) == [[(a.kind, a.mb, a.stage) for a in acts] for a
 print(f"✓ interleaved: stages [0, 2] and [1, 3], within {TOL} of one-process training, the simulator's order")
 
 # %% [markdown] id="md-07-39"
-# Every gap between two slots (a send, a receive, the schedule's Python, a rank waiting for a core
-# that other programs hold) is idle time the formula does not count; on 2 ranks interleaving makes
-# three times 1F1B's sends.
+# Both measured bubbles sit far above their formulas because these slots are short: on the
+# millisecond axis, many gaps between slots last as long as a slot or longer. Every gap (a send, a
+# receive, the schedule's Python, a rank waiting for a core that other programs hold) is idle time the
+# formula does not count; on 2 ranks interleaving makes three times 1F1B's sends.
 
 # %% [markdown] id="md-07-18"
 # ### Exercise 7.2 — the bubble of a measured run
@@ -365,8 +367,9 @@ if result_7_2.passed:  # your function on this chapter's own 1F1B run
 #
 # The formula says the bubble falls as m grows. A run can show it only when a slot is long against
 # the gap between two slots. So the run uses one rank per core (2 stages, or 4 on 4 cores or more)
-# and a micro-batch of a fixed size, chosen so that a forward slot lasts up to about ten gaps of the
-# interleaved run above. GPipe and 1F1B, m = p, 2p and 4p (`Schedule1F1B` refuses fewer than p):
+# and a micro-batch of a fixed size: the smallest of 32, 64, 128, … rows whose forward slot lasts ten
+# mean gaps of the interleaved run above, unless that slot would pass about 40 ms. GPipe and 1F1B,
+# m = p, 2p and 4p (`Schedule1F1B` refuses fewer than p):
 
 # %%
 from disttutor.pipeline.bubble_model import explain_run
@@ -427,8 +430,11 @@ assert not trap_m.ok and trap_m.outcome == "finished"
 
 # %% [markdown] id="md-07-24"
 # **Mismatched shapes between stages.** Stage 1 was written for activations of width 129 but stage 0
-# sends width 128. The first micro-batch that reaches stage 1 fails in its first `Linear`; stage 0,
-# waiting for a gradient, sees its peer disappear (a closed connection, or stopped by torchrun).
+# sends width 128. At the first `step`, a `PipelineStage` built without `input_args` infers its
+# shapes: stage 0 runs micro-batch 0 and sends its output's shape, stage 1 runs its module on an
+# empty tensor of that shape and fails there, in its first `Linear`, before any micro-batch reaches
+# it. Stage 0, waiting for stage 1's backward shapes, sees its peer disappear (a closed connection,
+# or stopped by torchrun).
 
 # %% tags=["nbval-check-output"]
 trap_shape = disttutor.launch("pipeline", nproc=2, args={"schedule": "1f1b", "microbatches": 2, "width": 128,
@@ -479,7 +485,7 @@ print(f"✓ every rank's weights within {TOL} of one-process training; the repli
 # * the **input-gradient** (**I**) `dL/dx = g @ W`: the *previous* stage is waiting for it;
 # * the **weight-gradient** (**W**) `dL/dW = gᵀ @ x`: nobody needs it until the optimizer step.
 #
-# A **zero-bubble** schedule (Qi et al., *Zero Bubble Pipeline Parallelism*, 2023) runs I at once and
+# A **zero-bubble** schedule (Qi et al., *Zero Bubble Pipeline Parallelism*, ICLR 2024) runs I at once and
 # moves W into the slots where 1F1B would idle, mostly the drain. The work is the same; the idle
 # time shrinks. The split in one process, with `torch.autograd.grad`:
 
@@ -503,7 +509,8 @@ assert split_equals_full  # the same kernels on the same inputs: the split chang
 # * `ScheduleInterleavedZeroBubble` (the paper's ZB1P): rank r holds stages r, r + p, …;
 # * `ScheduleZBVZeroBubble` (ZB-V): two stages per rank in a **V**, rank r holds stages r and
 #   2p − 1 − r. The two stages at the V's tip (p − 1 and p) share a rank: that hand-off needs no send;
-# * `ScheduleDualPipeV`: DeepSeek's DualPipe in the same V placement (not drawn or run here).
+# * `ScheduleDualPipeV`: a variant of DeepSeek's DualPipe in the same V placement, which splits only
+#   some backwards and overlaps a forward with a backward (not drawn or run here).
 #
 # The drawings below give I and W half of B's time each; the green W blocks are work moved into the
 # bubble.
@@ -528,7 +535,7 @@ print(format_table(rows))
 sim_zb = {r["schedule"]: r["bubble (drawing)"] for r in rows if (r["p"], r["m"]) == (2, 8)}
 
 # %% tags=["proof", "nbval-check-output"]
-for p_, m_ in [(2, 8), (4, 8), (4, 16)]:
+for p_, m_ in [(2, 8), (2, 16), (4, 8), (4, 16)]:
     one, inter, zb1p, zbv = (describe(PipeSpec(s, p_, m_, v)).get("bubble_drawn")
                              for s, v in [("1f1b", 1), ("interleaved", 2), ("interleaved_zb", 2), ("zbv", 2)])
     assert zb1p < inter < one and zbv < inter  # splitting B and filling with W beats both 1F1B variants
@@ -613,10 +620,13 @@ print(f"sends between ranks per step (m = {ZB['microbatches']}): "
       + ", ".join(f"{k} {v} ({v / sends['1f1b']:g}x)" for k, v in sends.items()))
 
 # %% [markdown] id="md-07-32"
-# The drawing counts no sends; on 2 ranks the interleaved schedules send three times as many tensors
-# between ranks as 1F1B, ZB-V twice (counted above). Where a slot is short against a send, that
-# overhead can outweigh the bubble a schedule removes. These schedules are built for slots long
-# against a send and many stages, where 1F1B's (p − 1)/(m + p − 1) is large.
+# The drawing counts no sends and no time between slots. On 2 ranks the interleaved schedules send
+# three times as many tensors between ranks as 1F1B, ZB-V twice (counted above); and a zero-bubble
+# rank runs three times 1F1B's slots a step (two stages, each F, I and W, against one stage's F and
+# B: *derived*), each followed by a gap. Where slots are short against those gaps, the overhead can
+# outweigh the bubble a schedule removes: compare the measured bubbles and step times with the
+# simulated ones. These schedules are built for slots long against a send and many stages, where
+# 1F1B's (p − 1)/(m + p − 1) is large.
 #
 # ## 8. Stage balance: a pipeline runs at its slowest stage's pace
 #
@@ -648,7 +658,7 @@ work_u = u["CPU ms rank 0"] / u["CPU ms rank 1"]   # CPU time: the work, whateve
 work_b = bl["CPU ms rank 0"] / bl["CPU ms rank 1"]
 assert [c for c, _ in bal] == [[6, 2], [4, 4]]
 assert all(run["max_weight_diff"] < TOL for r in run_bal.results for run in r["runs"])
-assert work_u > 1 and abs(work_b - 1) < abs(work_u - 1), (work_u, work_b)  # 3.6x against 1.0x measured
+assert work_u > 1 and abs(work_b - 1) < abs(work_u - 1), (work_u, work_b)  # 6+2 further from even than 4+4
 print(f"✓ both splits equal one process; rank 0's CPU work is {work_u:.1f}x rank 1's at 6+2, {work_b:.1f}x at 4+4")
 
 # %% [markdown] id="md-07-33"
