@@ -171,7 +171,7 @@ def test_7_1_rejects_warmup_without_min():
     # p - r warm-up forwards even when there are fewer micro-batches than that
     r = check("7.1", wrong("7.1", "warm = min(m, p - rank)", "warm = p - rank"))
     assert not r.passed
-    assert r.problems == ["rank 0 of p=4, m=2: action 2 is ('B', 0) in torch's Schedule1F1B order, yours is "
+    assert r.problems == ["rank 0 of p=4, m=2: action 2 is ('B', 0) in the model of torch's Schedule1F1B order, yours is "
                           "('F', 2) (torch: F0 F1 B0 B1)"]
     # GPipe's order is not 1F1B
     r = check("7.1", "def one_f_one_b(rank, p, m):\n    return [('F', i) for i in range(m)] + [('B', i) for i in range(m)]\n")

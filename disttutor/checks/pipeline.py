@@ -78,7 +78,7 @@ def check_one_f_one_b(fn: Callable | str, timeout: float = JOB_TIMEOUT_S) -> Che
     cases = []
     for pp, mm in MODELLED:
         orders = rank_orders(PipeSpec("1f1b", p=pp, m=mm))
-        cases += [(r, pp, mm, [(a.kind, a.mb) for a in orders[r]], "torch's Schedule1F1B order")
+        cases += [(r, pp, mm, [(a.kind, a.mb) for a in orders[r]], "the model of torch's Schedule1F1B order")
                   for r in range(pp)]
     problem = _compare_all(order, cases)
     if problem:

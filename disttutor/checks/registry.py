@@ -115,8 +115,8 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="core", minutes=25),
     Exercise("7.2", 7, "the bubble of a measured pipeline run", "bubble_fraction",
              "disttutor.checks.pipeline:check_bubble_fraction", "solutions/ex7_2_bubble_fraction.py", (
-                 "The window runs from the earliest start to the latest end over ALL ranks (clock times, "
-                 "not from 0); the bubble is the part of p x window in which no slot runs.",
+                 "One window for all ranks, earliest start to latest end; the bubble is the idle part of "
+                 "p x window.",
                  "busy = sum of (end - start) over every event of every rank; "
                  "bubble = 1 - busy / (p * (t_last - t_first))."),
              difficulty="warm-up", minutes=15),

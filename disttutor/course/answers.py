@@ -167,19 +167,21 @@ def _():
     p = 8
     m_gpipe = next(m for m in range(1, 10_000) if (p - 1) / (m + p - 1) < 0.1)
     m_il = next(m for m in range(1, 10_000) if (p - 1) / (2 * m + p - 1) < 0.1)
+    # Markdown soft-wraps the "\n" between lines: one paragraph, in lines short enough to scan.
     return (f"GPipe/1F1B: (p−1)/(m+p−1) < 0.1 ⇔ m > 9(p−1) = {9 * (p - 1)}: **m = {m_gpipe}** "
-            f"(bubble {(p - 1) / (m_gpipe + p - 1):.3f}). Interleaved with v = 2: (p−1)/(v·m+p−1) < 0.1 ⇔ "
-            f"v·m > {9 * (p - 1)}: **m = {m_il}** (bubble {(p - 1) / (2 * m_il + p - 1):.3f}). Each micro-batch "
-            "is then small: the matrix multiplications shrink and the per-message latency is paid more often, "
-            "which is why the formula's bubble is a floor, not the whole story (section 4's measured run).")
+            f"(bubble {(p - 1) / (m_gpipe + p - 1):.3f}).\n"
+            f"Interleaved, v = 2: (p−1)/(v·m+p−1) < 0.1 ⇔ v·m > {9 * (p - 1)}: **m = {m_il}** "
+            f"(bubble {(p - 1) / (2 * m_il + p - 1):.3f}).\n"
+            "Each micro-batch is then small: smaller matrix multiplications, and more sends per step,\n"
+            "costs the formula does not count (section 4).")
 
 
 @_answer("7.q3")
 def _():
-    return ("Memory. GPipe runs all m forwards before any backward, so every rank holds the activations of all "
-            "m micro-batches. 1F1B starts backwards as soon as the pipe is full: rank r holds at most p − r "
-            "micro-batches' activations, whatever m. So m can grow — shrinking the bubble — without activation "
-            "memory growing with it.")
+    return ("Memory: GPipe runs all m forwards before any backward, so every rank holds all m micro-batches' "
+            "activations.\n"
+            "1F1B starts backwards as soon as the pipe is full: rank r holds at most p − r, whatever m.\n"
+            "So m can grow, shrinking the bubble, without activation memory growing with it.")
 
 
 @_answer("8.q2")

@@ -49,3 +49,17 @@ def check_bubble_model(sweep: Sequence[Mapping[str, float]], noise: float, quiet
           f"the model should miss by under half the formula's miss (or {noise}): {miss_model:.3f} vs {miss_formula:.3f}")
     claim(worst <= WORST_MISS, f"the model misses by {worst:.2f} on a quiet machine (at most {WORST_MISS} expected)")
     return verdict + " (asserted: a quiet machine)"
+
+
+def check_plain_script(logs: Sequence[Sequence[str]], steps: int) -> str:
+    """The learner's pipeline script under torchrun: only the last stage prints, one loss per step, falling."""
+    import re
+
+    lines = [[m for m in (re.fullmatch(r"step (\d+): loss ([0-9.]+)", ln) for ln in log) if m] for log in logs]
+    claim(all(not got for got in lines[:-1]), f"only the last stage gets the losses: {[len(g) for g in lines]}")
+    got = lines[-1]
+    claim([int(m[1]) for m in got] == list(range(steps)), f"the last stage printed steps {[m[1] for m in got]}")
+    losses = [float(m[2]) for m in got]
+    claim(losses[-1] < losses[0], f"the loss did not fall: {losses}")
+    return (f"✓ {len(logs)} stages: the last printed {steps} losses, {losses[0]:.3f} -> {losses[-1]:.3f} "
+            f"(falling), the others none")
