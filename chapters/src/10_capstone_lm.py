@@ -126,8 +126,8 @@ dist.destroy_process_group()
 
 # %% [markdown] id="md-10-27"
 # In a terminal you would type the `torchrun` line this cell prints; the cell runs that job on 2 ranks
-# and shows what rank 0 printed. Expect the loss to start near ln 60 ≈ 4.1 nats (60 characters, guessed
-# uniformly) and fall:
+# and shows what rank 0 printed. An untrained model scores about ln 60 ≈ 4.1 nats (60 characters guessed
+# uniformly); expect the logged loss below that, and falling:
 
 # %%
 script = disttutor.launch("lm_ddp.py", nproc=2, stream=False)
@@ -148,8 +148,8 @@ print(check_plain_lm(script.logs[0], os.listdir("ckpt"), os.listdir("ckpt/step_2
 #   `loss / accum` makes it a mean. Clip after that, on the averaged gradient, the same on every rank.
 # - `get_state_dict`: the model's keys without DDP's `module.` prefix, AdamW's state keyed by parameter name.
 # - `dcp.save` is a **collective**: every rank calls it (with DDP the replicas are equal and DCP writes
-#   one copy, split between the ranks; with FSDP2 each rank writes its shard), plus one `.metadata` file. A crash before the
-#   rename leaves only `step_20.tmp`, which nothing loads.
+#   one copy, split between the ranks; with FSDP2 each rank writes its shard), plus one `.metadata`
+#   file. A crash before the rename leaves only `step_20.tmp`, which nothing loads.
 #
 # With fp16 on GPUs add chapter 8's `torch.amp.GradScaler("cuda")` and call `scaler.unscale_(opt)`
 # before clipping, so the norm is that of the true gradients.
