@@ -228,8 +228,8 @@ assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 # <details><summary><b>The article says</b> its §10.2 <code>train(rank, world_size)</code> trains this
 # model under DDP — run as written on 2 ranks, it fails nine times</summary>
 #
-# Each attempt below is a fresh 2-rank job with one more fix (sizes shrunk for a CPU: 60 characters,
-# d_model 64, 2 layers). Every rank fails the same way:
+# Each attempt below is a fresh 2-rank job with one more fix (shrunk for a CPU: 60 characters, d_model
+# 64, 4 heads, 2 layers, batch 8, 1 epoch, no loader workers). Every rank fails the same way:
 #
 # | attempt | error | fix |
 # |---|---|---|
@@ -315,8 +315,8 @@ print("after training: ", repr(r["text_after"][:100]))
 #
 # **Where the time goes.** What to expect before measuring: per step each rank runs forward, backward
 # and, with activation checkpointing, the forward again, over 16 windows of 64 characters; the
-# gradient all-reduce carries one fp32 copy of the 0.11 M parameters, 0.41 MiB; the next batch is a slice of a
-# tensor. So compute should dominate, then communication, then data. `disttutor.lm.timesplit` reads
+# gradient all-reduce carries one fp32 copy of the 0.11 M parameters, 0.41 MiB; the next batch is
+# gathered from a tensor in memory. So compute should dominate, then communication, then data. `disttutor.lm.timesplit` reads
 # each rank's profiler trace (`trace_rank{r}.json`, open it in https://ui.perfetto.dev): an instant
 # with a gloo collective in flight is **communication**, the `data` region **data**,
 # forward/backward/optimizer **compute**, the rest **other**.
