@@ -117,7 +117,7 @@ for i, (window,) in enumerate(loader):
 path = f"ckpt/step_{steps}"
 model_sd, optim_sd = get_state_dict(model, opt)                  # plain keys (no "module."), AdamW's moments
 dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path + ".tmp")  # EVERY rank: a collective
-torch.save(torch.get_rng_state(), f"{path}.tmp/rng_rank{rank}.pt")            # each rank's own RNG (dropout)
+torch.save(torch.get_rng_state(), f"{path}.tmp/rng_rank{rank}.pt")            # this rank's CPU RNG (dropout on CPU)
 dist.barrier()                                                   # every rank's files are on disk...
 if rank == 0:
     os.replace(path + ".tmp", path)                              # ...then one rename makes them visible
@@ -142,7 +142,8 @@ print(check_plain_lm(script.logs[0], os.listdir("ckpt"), os.listdir("ckpt/step_2
 # %% [markdown] id="md-10-12"
 # What each line does, where it matters:
 #
-# - `DistributedSampler` + `set_epoch`: each rank a different half of the windows, reshuffled per epoch;
+# - `DistributedSampler` + `set_epoch`: each rank its own half of the windows (an odd count is padded by
+#   repeating one), reshuffled per epoch;
 #   `drop_last=True` on the loader keeps every micro-batch full.
 # - `no_sync()`: the first backward only adds into `.grad`; the second all-reduces the sum, and
 #   `loss / accum` makes it a mean. Clip after that, on the averaged gradient, the same on every rank.
@@ -182,7 +183,7 @@ print(f"sequence 0 moved by {d_art:.3f} (article), {d_fix:.1e} (TinyLM)")
 assert d_art > 1e-3 and d_fix == 0.0
 
 # %% [markdown] id="md-10-05"
-# **Positions.** The article's `self.pe[:x.size(0)]` assumes `(time, batch, d)`. On `(batch, time, d)`
+# **Positions.** The article's `self.pe[:x.size(0), :]` assumes `(time, batch, d)`. On `(batch, time, d)`
 # it adds `pe[b]`, the position of the *sample in the batch*, to every token of sample `b`, and nothing
 # that depends on the token's position:
 
@@ -228,12 +229,13 @@ assert no_shift < 1e-6 < 1.0 < shifted and tok.chars[0] == "\n"
 # <details><summary><b>The article says</b> its §10.2 <code>train(rank, world_size)</code> trains this
 # model under DDP — run as written on 2 ranks, it fails nine times</summary>
 #
-# Each attempt below is a fresh 2-rank job with one more fix (shrunk for a CPU: 60 characters, d_model
-# 64, 4 heads, 2 layers, batch 8, 1 epoch, no loader workers). Every rank fails the same way:
+# Each attempt below is a fresh 2-rank job with one more fix, with GPUs hidden so that every machine meets
+# the same errors (and shrunk for a CPU: 60 characters, d_model 64, 4 heads, 2 layers, batch 8, 1 epoch, no
+# loader workers). Every rank fails the same way:
 #
 # | attempt | error | fix |
 # |---|---|---|
-# | 0 | `NCCL` not built in | gloo without GPUs |
+# | 0 | no `NCCL` without GPUs | gloo without GPUs |
 # | 1 | `name 'math' is not defined` | import it |
 # | 2 | `.to(rank)`: no accelerator device available | a device from `LOCAL_RANK` (the global rank is no GPU index on node 2) |
 # | 3 | `device_ids` only for GPU modules | leave it out on CPU |
@@ -261,7 +263,7 @@ for k in range(len(article_ddp.FIXES) + 1):
 print(check_article_ladder(ladder, article_ddp.FIXES))
 
 # %% [markdown] id="md-10-10"
-# <details><summary><b>The article says</b> (§10.3) wrap each layer in <code>checkpoint</code>, accumulate
+# <details><summary><b>The article says</b> (§10.3) wrap a Transformer layer in <code>checkpoint</code>, accumulate
 # with <code>criterion(output, target) / accumulation_steps</code>, use AdamW</summary>
 #
 # Run as written in the state the fixed `train()` builds: the checkpointing snippet uses `d_model` and
@@ -318,7 +320,7 @@ print("after training: ", repr(r["text_after"][:100]))
 # gradient all-reduce carries one fp32 copy of the 0.11 M parameters, 0.41 MiB; the next batch is
 # gathered from a tensor in memory. So compute should dominate, then communication, then data. `disttutor.lm.timesplit` reads
 # each rank's profiler trace (`trace_rank{r}.json`, open it in https://ui.perfetto.dev): an instant
-# with a gloo collective in flight is **communication**, the `data` region **data**,
+# with a collective (gloo's, or NCCL's on GPUs) in flight is **communication**, the `data` region **data**,
 # forward/backward/optimizer **compute**, the rest **other**.
 
 # %%
