@@ -160,8 +160,8 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="core", minutes=20),
     Exercise("10.1", 10, "resume a training job from its checkpoint", "resume",
              "disttutor.checks.resume:check_resume", "solutions/ex10_1_resume.py",
-             ("Everything the next step depends on must come back: weights, AdamW's moments and step counts, "
-              "the scheduler's position, this rank's RNG state (dropout), and the step number itself.",
+             ("Restore everything the next step reads: weights, AdamW's moments, the scheduler, this rank's RNG "
+              "state; return the step number.",
               "checkpoint.latest(dir) -> path or None; checkpoint.read_meta(path) is JSON; get_state_dict(model, "
               "optimizer) gives tensors for dcp.load(..., storage_reader=checkpoint.SafeReader(path)) to fill; then "
               "set_state_dict, scheduler.load_state_dict, and LAST torch.set_rng_state(torch.load(rng file, "

@@ -230,12 +230,12 @@ def _():
 
 @_answer("10.q2")
 def _():
-    return ("Everything the next step reads: the weights; the optimizer state (AdamW's two moments and step "
-            "count per parameter); the scheduler's position (the learning rate of the next step); every rank's "
-            "RNG state (dropout masks, data shuffling); the step number, which fixes the next batch of the "
-            "data; and with fp16 the loss scaler. Written atomically (a temporary directory renamed when "
-            "complete), so a crash during the save leaves the previous checkpoint as the newest. Miss one piece "
-            "and the run continues without an error — but is no longer the run it would have been.")
+    return ("- Everything the next step reads: weights, AdamW's moments, the scheduler's position, "
+            "each rank's RNG state and the step number (with fp16, the loss scaler)\n"
+            "- Miss one and the run goes on without an error, but differs: other dropout masks, another learning "
+            "rate, other batches\n"
+            "- Written under a temporary name and renamed when complete, so a crash during the save leaves the "
+            "previous checkpoint the newest.")
 
 
 @_answer("10.q3")
@@ -243,11 +243,10 @@ def _():
     every, step_s, died, c, mtbf = 50, 2.0, 437, 20.0, 8 * 3600
     last = died // every * every
     tau = math.sqrt(2 * c * mtbf)
-    return (f"It resumes from the newest complete checkpoint, step {last}: **{died - last} steps** are "
-            f"recomputed, {(died - last) * step_s:.0f} s, plus the restart itself. On average a failure costs "
-            f"half an interval. Young/Daly: τ = √(2·C·M) = √(2 · {c:g} s · {mtbf} s) = **{tau:.0f} s**, "
-            f"about {tau / step_s:.0f} steps of {step_s:g} s — a checkpoint every ~{tau / 60:.0f} minutes "
-            "(chapter 13 derives it).")
+    return (f"- The job resumes from step {last}: **{died - last} steps** ({(died - last) * step_s:.0f} s) are "
+            "recomputed, plus the restart; on average a failure costs half an interval\n"
+            f"- Young/Daly: τ = √(2CM) = √(2 · {c:g} s · {mtbf} s) = **{tau:.0f} s** ≈ {tau / step_s:.0f} steps, "
+            f"one every ~{tau / 60:.0f} minutes (chapter 13 derives the rule).")
 
 
 @_answer("11.q2")
