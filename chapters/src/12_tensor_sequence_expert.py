@@ -2,8 +2,7 @@
 # # Chapter 12 — Splitting one layer: tensor, sequence, context and expert parallelism
 #
 # FSDP (chapter 11) shards a model's *storage*, but every rank still runs every layer whole. When one
-# layer's activations or one sequence no longer fit, the work of **one layer** has to be split. This
-# chapter splits it four ways: **tensor**, **sequence**, **context** and **expert** parallelism,
+# layer's activations or one sequence no longer fit, **one layer** has to be split: here four ways,
 # each checked against the unsplit module in one process.
 
 # %% tags=["chapter-header"]
@@ -14,11 +13,11 @@ disttutor.course.chapters.header(12)
 
 # %% [markdown] id="md-12-02" tags=["opening"]
 # **After this chapter you can**
-# - split an MLP and an attention block over ranks with `parallelize_module` and by hand (Megatron's
-#   column- and row-parallel layers), and say how many bytes each block sends;
-# - say what sequence parallelism changes and what activation memory it saves;
-# - run ring attention over a split sequence, spread a mixture-of-experts layer over ranks, and
-#   read DTensor placements, FSDP × TP included.
+# - split an MLP and an attention block with `parallelize_module` and by hand (Megatron's column- and
+#   row-parallel layers), and say how many bytes each block sends;
+# - say what sequence parallelism saves;
+# - run ring attention over a split sequence, spread a mixture of experts over ranks, and read
+#   DTensor placements, FSDP × TP included.
 
 # %%
 import matplotlib.pyplot as plt
@@ -143,8 +142,8 @@ print(check_tp_collectives(tp.results, TOL))  # and every block equals one proce
 # <details><summary><b>The article says</b> tensor parallelism and 3D parallelism are "more
 # efficient communication algorithms" (§11.2)</summary>
 #
-# Today: they are ways to split the model, and they add communication: an all-reduce per block in
-# forward and in backward (the counts above), on top of data parallelism's.
+# Today: they are ways to split the model, and they add communication (the counts above) on top of
+# data parallelism's.
 # </details>
 
 # %% [markdown] id="md-12-26"
@@ -282,7 +281,7 @@ print(check_ring_attention([q["cp"] for q in cp.results], TOL))  # n - 1 steps o
 # %% [markdown] id="md-12-14"
 # The causal *work* is uneven: rank `r` computes `r + 1` of the `n` blocks. torch's experimental
 # `context_parallel` and Megatron balance it by giving each rank one chunk from each end of the
-# sequence. Training also needs a backward that moves the blocks again.
+# sequence.
 
 # %% [markdown] id="md-12-29"
 # ## Exercise 12.2 — the online-softmax merge
@@ -376,8 +375,7 @@ print(check_one_dim_placements(ONE))
 
 # %% [markdown] id="md-12-17"
 # On a 2-D mesh `(dp=2, tp=2)` a placement is given **per mesh dimension**, left to right:
-# `(Shard(0), Shard(1))` cuts rows over `dp` and columns over `tp`; `(Shard(0), Shard(0))` cuts rows
-# over `dp`, then each half's rows over `tp`.
+# `(Shard(0), Shard(0))` cuts rows over `dp`, then each half's rows over `tp`.
 
 # %% [markdown] id="md-12-32"
 # **FSDP × TP.** Large jobs compose the two: TP inside a node, where fast links carry an all-reduce
