@@ -181,8 +181,8 @@ print(check_row_parallel(RowParallelLinear))
 # %% [markdown] id="md-12-08"
 # ## 2. Sequence parallelism: shard what tensor parallelism leaves whole
 #
-# Under TP, LayerNorm, dropout and the residual add run on the **whole** sequence on every rank and
-# store their activations whole. **Sequence parallelism** (SP; Korthikanti et al., 2022) runs them on
+# Under TP, LayerNorm, dropout and the residual add run on the **whole** sequence on every rank, and
+# LayerNorm and dropout store what they save whole. **Sequence parallelism** (SP; Korthikanti et al., 2022) runs them on
 # `s/t` tokens per rank, and splits the all-reduce into its two halves:
 #
 # - **all-gather** the sequence shards before the column-parallel layer (backward: reduce-scatter);
