@@ -34,7 +34,7 @@ from disttutor.course.source import show_code
 from disttutor.viz import placements as viz
 
 LAUNCH = dict(stream=False, timeout=280)
-PROGRAM = "tensor_sequence_expert"   # disttutor/programs/tensor_sequence_expert.py: one part per launch
+PROGRAM = "tensor_sequence_expert"   # disttutor/programs/tensor_sequence_expert.py
 TOL = SPLIT_TENSOR_ATOL  # fp32 summed in another order: a few ulps (measured < 4e-6); reasons in tolerances.py
 
 
@@ -121,18 +121,18 @@ show_code("disttutor.tensor_parallel.tp", "conjugates")
 # **heads**: `q`, `k`, `v` column-parallel, the output projection row-parallel.
 
 # %% [markdown] id="md-12-06"
-# One launch on 2 ranks runs the MLP and the attention block from scratch and with
-# `parallelize_module`, and counts their collectives:
+# One launch on 2 ranks runs the chapter's program, all four parts. Its first: the MLP and the attention
+# block from scratch and with `parallelize_module`, their collectives counted:
 
 # %% tags=["nbval-check-output"]
-tp = disttutor.launch(PROGRAM, nproc=2, args={"part": "tp"}, **LAUNCH)
-print(tp.command)
-TP = tp.results[0]["tp"]
+run = disttutor.launch(PROGRAM, nproc=2, **LAUNCH)   # --part all: tp, sp, cp, ep in one job
+print(run.command)
+TP = run.results[0]["tp"]
 for name, r in TP.items():
     print(f"{name:18} forward: {calls(r['forward']):14} backward: {calls(r['backward'])}")
 
 # %% tags=["proof", "nbval-check-output"]
-print(check_tp_collectives(tp.results, TOL))  # and every block equals one process, output and gradients
+print(check_tp_collectives(run.results, TOL))  # and every block equals one process, output and gradients
 
 # %% [markdown] id="md-12-07"
 # DTensor attention all-reduces 3 times in backward, the one from scratch once: `q`, `k` and `v` are
@@ -212,20 +212,18 @@ show_code("disttutor.tensor_parallel.sp", "sp_block")
 # | GELU and row layer inputs | `2·sbh/t` | `2·sbh/t` |
 #
 # For `s = 16, b = 2, d = 16, h = 32, t = 2`: TP keeps 10,496 bytes, SP 8,320 (21 % less). As rings,
-# both send 4,096 bytes, SP 192 more for LayerNorm's and the bias's `3d` gradients. The run (ring bytes
-# from the sizes of the calls it recorded), against one process on the same data and dropout mask:
+# both send 4,096 bytes, SP 192 more for LayerNorm's and the bias's `3d` gradients. Section 1's run
+# (ring bytes from the sizes of the calls it recorded), against one process on the same data and mask:
 
 # %% tags=["nbval-check-output"]
-sp = disttutor.launch(PROGRAM, nproc=2, args={"part": "sp"}, **LAUNCH)
-print(sp.command)
-SP = sp.results[0]["sp"]
+SP = run.results[0]["sp"]
 for mode in ("tp", "sp"):
     r = SP[mode]
     print(f"{mode.upper()}: saved for backward {r['saved_bytes']:,} bytes; ring bytes sent {r['ring_bytes']:,.0f}")
     print(f"    forward {calls(r['forward'])}; backward {calls(r['backward'])}")
 
 # %% tags=["proof", "nbval-check-output"]
-print(check_sp_collectives(sp.results, TOL))  # and both blocks equal one process, output and all gradients
+print(check_sp_collectives(run.results, TOL))  # and both blocks equal one process, output and all gradients
 
 # %% tags=["proof", "nbval-check-output"]
 s, b, d, h, t, f32 = 16, 2, 16, 32, 2, 4   # the program's sizes
@@ -266,17 +264,15 @@ show_code("disttutor.tensor_parallel.ring_attention", "ring")
 
 # %% [markdown] id="md-12-33"
 # Each rank sends `n - 1` blocks of keys and values, `2·b·(s/n)·d` numbers each: on 2 ranks with
-# `s = 16, b = 2, d = 16`, one send of 2,048 bytes.
+# `s = 16, b = 2, d = 16`, one send of 2,048 bytes. Section 1's run:
 
 # %% tags=["nbval-check-output"]
-cp = disttutor.launch(PROGRAM, nproc=2, args={"part": "cp"}, **LAUNCH)
-print(cp.command)
-for rank, q in enumerate(cp.results):
+for rank, q in enumerate(run.results):
     r = q["cp"]
     print(f"rank {rank}: {r['block_tokens']} tokens; {calls(r['calls'])}; sent {r['sent_bytes']:,.0f} bytes")
 
 # %% tags=["proof", "nbval-check-output"]
-print(check_ring_attention([q["cp"] for q in cp.results], TOL))  # n - 1 steps of the ring
+print(check_ring_attention([q["cp"] for q in run.results], TOL))  # n - 1 steps of the ring
 
 # %% [markdown] id="md-12-14"
 # The causal *work* is uneven: rank `r` computes `r + 1` of the `n` blocks. torch's experimental
@@ -323,9 +319,7 @@ print(check_merge(merge))
 show_code("disttutor.tensor_parallel.moe", "ep")
 
 # %% tags=["nbval-check-output"]
-ep = disttutor.launch(PROGRAM, nproc=2, args={"part": "ep"}, **LAUNCH)
-print(ep.command)
-EP = [q["ep"] for q in ep.results]
+EP = [q["ep"] for q in run.results]   # from section 1's run
 for rank, r in enumerate(EP):
     print(f"rank {rank} hosts experts {r['experts_here']}; its tokens chose {dict(enumerate(r['tokens_per_expert']))}")
 n_exp = len(EP[0]["tokens_per_expert"])
