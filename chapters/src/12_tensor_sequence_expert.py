@@ -105,7 +105,7 @@ print(check_plain_tp(diff, TOL))
 # `b` sequences). Backward, the input gradient, also `[s·b, d]`, is a partial sum over the ranks'
 # hidden units: a second all-reduce. A ring all-reduce of `N` numbers sends $2\frac{t-1}{t}N$ per
 # rank, so per block and training step each rank sends
-# $2 \times 2\frac{t-1}{t}\, sbd \times 4$ bytes (fp32), whatever `h`. Section 2 counts it.
+# $2 \times 2\frac{t-1}{t}\, sbd \times 4$ bytes (fp32), whatever `h`. Section 2 checks it.
 
 # %% [markdown] id="md-12-24"
 # By hand, Megatron writes the communication as two **conjugate operators**. `f` enters the parallel
@@ -121,7 +121,7 @@ show_code("disttutor.tensor_parallel.tp", "conjugates")
 # **heads**: `q`, `k`, `v` column-parallel, the output projection row-parallel.
 
 # %% [markdown] id="md-12-06"
-# One launch on 2 ranks runs the chapter's program, all four parts. Its first: the MLP and the attention
+# One 2-rank launch runs the chapter's program, all four parts. Its first: the MLP and the attention
 # block from scratch and with `parallelize_module`, their collectives counted:
 
 # %% tags=["nbval-check-output"]
@@ -190,7 +190,7 @@ print(check_row_parallel(RowParallelLinear))
 #   summed output (backward: all-gather).
 #
 # A ring reduce-scatter and a ring all-gather each send $\frac{t-1}{t}N$ numbers per rank: together
-# $2\frac{t-1}{t}N$, the all-reduce they replace. SP moves the same bytes as TP.
+# $2\frac{t-1}{t}N$, the all-reduce they replace. The swap moves no extra bytes.
 
 # %% [markdown] id="md-12-27"
 # Activations are laid out `[seq, batch, dim]`, so a sequence shard is contiguous. The collectives are
@@ -213,7 +213,7 @@ show_code("disttutor.tensor_parallel.sp", "sp_block")
 #
 # For `s = 16, b = 2, d = 16, h = 32, t = 2`: TP keeps 10,496 bytes, SP 8,320 (21 % less). As rings,
 # both send 4,096 bytes, SP 192 more for LayerNorm's and the bias's `3d` gradients. Section 1's run
-# (ring bytes from the sizes of the calls it recorded), against one process on the same data and mask:
+# (ring bytes *derived* from the recorded calls' sizes), against one process on the same data and mask:
 
 # %% tags=["nbval-check-output"]
 SP = run.results[0]["sp"]
@@ -235,7 +235,7 @@ print(check_sp_bytes(SP, tp_formula, sp_formula, (2 * d + d) * f32 * 2 * (t - 1)
 print(check_block_ring_bytes(SP, s, b, d, t))
 
 # %% [markdown] id="md-12-11"
-# One full-sequence tensor is left, the column layer's gathered input: Megatron keeps only its shard
+# One tensor is left whole, the column layer's gathered input: Megatron keeps only its shard
 # and gathers again in backward (7,296 bytes here, *derived*).
 
 # %% [markdown] id="md-12-12"
@@ -264,7 +264,7 @@ show_code("disttutor.tensor_parallel.ring_attention", "ring")
 
 # %% [markdown] id="md-12-33"
 # Each rank sends `n - 1` blocks of keys and values, `2·b·(s/n)·d` numbers each: on 2 ranks with
-# `s = 16, b = 2, d = 16`, one send of 2,048 bytes. Section 1's run:
+# `s = 16, b = 2, d = 16`, one send of 2,048 bytes. Section 1's run (its recorded sends' sizes):
 
 # %% tags=["nbval-check-output"]
 for rank, q in enumerate(run.results):

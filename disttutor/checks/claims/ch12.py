@@ -46,7 +46,7 @@ def check_block_ring_bytes(SP: Mapping[str, Any], s: int, b: int, d: int, t: int
     ln = 2 * (t - 1) / t * 3 * d * 4
     got = (SP["tp"]["ring_bytes"], SP["sp"]["ring_bytes"])
     claim(got == (block, block + ln), f"ring bytes (TP, SP) {got} != the formula {(block, block + ln)}")
-    return f"ring bytes per rank as derived: TP {block:,.0f}, SP {block:,.0f} + {ln:,.0f} (LayerNorm's gradients)"
+    return f"ring bytes per rank as derived: TP {block:,.0f}, SP {block:,.0f} + {ln:,.0f} (replicated parameters' gradients)"
 
 
 def check_sp_collectives(results: Sequence[Mapping[str, Any]], tol: float) -> str:
@@ -69,12 +69,12 @@ def check_sp_collectives(results: Sequence[Mapping[str, Any]], tol: float) -> st
 
 def check_sp_bytes(SP: Mapping[str, Any], tp_formula: int, sp_formula: int, ln_sync: float) -> str:
     """The bytes saved for backward equal the formula from the shapes, exactly; SP's ring bytes are TP's plus
-    the one all-reduce of LayerNorm's gradients."""
+    the one all-reduce of LayerNorm's and the bias's gradients."""
     got = (SP["tp"]["saved_bytes"], SP["sp"]["saved_bytes"])
     claim(got == (tp_formula, sp_formula), f"saved bytes (TP, SP) {got} != the formula {(tp_formula, sp_formula)}")
     extra = SP["sp"]["ring_bytes"] - SP["tp"]["ring_bytes"]
     claim(extra == ln_sync, f"SP's ring bytes exceed TP's by {extra}, not LayerNorm's all-reduce ({ln_sync})")
-    return "saved bytes = the formula from the shapes, TP and SP; SP's ring bytes = TP's + LayerNorm's all-reduce"
+    return "saved bytes = the formula from the shapes, TP and SP; SP's ring bytes = TP's + the replicated parameters' all-reduce"
 
 
 def check_ring_attention(CP: Sequence[Mapping[str, Any]], tol: float) -> str:
