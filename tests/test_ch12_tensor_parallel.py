@@ -156,3 +156,20 @@ def test_placement_pictures_from_hand_made_reports():
     assert [t.get_text() for t in fig.axes[0].texts] == ["all"] * 16
     assert any(ax.get_title().startswith("= full_tensor()") for ax in fig.axes)
     plt.close(fig)
+
+
+def test_the_plain_tp_and_ring_bytes_claims_catch_a_wrong_run():
+    """The notebook's proof cells: the learner's parallelize_module MLP and the derived ring bytes of a block."""
+    from disttutor.checks.claims import ch12
+
+    assert "on all 2 ranks" in ch12.check_plain_tp([2e-7, 3e-7], SPLIT_TENSOR_ATOL)
+    with pytest.raises(AssertionError, match="differs from the unsplit copy"):
+        ch12.check_plain_tp([2e-7, 0.5], SPLIT_TENSOR_ATOL)  # e.g. a bias added on every rank
+    s, b, d, t = 16, 2, 16, 2   # one block: 2 all-reduces of [s*b, d] fp32, each 2(t-1)/t of it per rank
+    SP = {"tp": {"ring_bytes": 4096.0}, "sp": {"ring_bytes": 4096.0 + 192}}
+    assert "TP 4,096, SP 4,096 + 192" in ch12.check_block_ring_bytes(SP, s, b, d, t)
+    twice = {"tp": {"ring_bytes": 8192.0}, "sp": {"ring_bytes": 4288.0}}  # a gradient all-reduced twice
+    with pytest.raises(AssertionError, match="ring bytes"):
+        ch12.check_block_ring_bytes(twice, s, b, d, t)
+    four = {"tp": {"ring_bytes": 6144.0}, "sp": {"ring_bytes": 6144.0 + 288}}  # t = 4: 3/4 where 2 ranks send 1/2
+    assert "TP 6,144, SP 6,144 + 288" in ch12.check_block_ring_bytes(four, s, b, d, 4)

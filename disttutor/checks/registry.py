@@ -188,15 +188,15 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="core", minutes=30, references=("disttutor.scratch.fsdp",)),
     Exercise("12.1", 12, "the row-parallel linear's backward", "RowParallelLinear",
              "disttutor.checks.tensor_parallel:check_row_parallel", "solutions/ex12_1_row_parallel.py", (
-                 "The forward all-reduced the output, so grad_y is the same on every rank: does backward "
-                 "need to communicate at all? Each gradient has the shape of its tensor (x_shard, w_shard, bias).",
+                 "grad_y is equal on every rank (the forward all-reduced y): must backward communicate? "
+                 "Each gradient has its tensor's shape.",
                  "grad_x_shard = grad_y @ w_shard; grad_w_shard = grad_y.T @ x_shard; grad_bias = "
                  "grad_y.sum(0) -- the bias is whole and added once, so its gradient is not divided."),
              difficulty="warm-up", minutes=10),
     Exercise("12.2", 12, "the online-softmax merge of ring attention", "merge",
              "disttutor.checks.tensor_parallel:check_merge", "solutions/ex12_2_online_softmax_merge.py", (
-                 "Each block's output is already normalised by its own denominator e^lse. Over both blocks the "
-                 "denominator is e^lse_a + e^lse_b: weigh each output by its share of it.",
+                 "Each output is normalised by its block's e^lse; merged, the denominator is "
+                 "e^lse_a + e^lse_b: weigh by share.",
                  "lse = torch.logaddexp(lse_a, lse_b); out = exp(lse_a - lse)[..., None] * out_a + "
                  "exp(lse_b - lse)[..., None] * out_b. Where lse is -inf (both blocks empty) use 0 instead of "
                  "lse in the exponents, or -inf - -inf gives nan."),

@@ -52,30 +52,30 @@ def moe_reference(moe: MoE, x):
 
 # [teach ep]
 def moe_expert_parallel(moe: MoE, x, group=None):
-    """My tokens ``x`` [tokens, dim] through the experts, which live E/n per rank: (output, tokens per expert)."""
+    """My tokens ``x`` [tokens, dim] through the experts, E/n per rank: (output, tokens per expert)"""
     rank, n = dist.get_rank(group), dist.get_world_size(group)
     n_exp = len(moe.experts)
-    local = n_exp // n                                       # experts rank r owns: r*local .. (r+1)*local-1
+    local = n_exp // n                                       # experts rank r owns: r*local to (r+1)*local-1
     experts, gates = route(moe, x)
     flat = experts.reshape(-1)                               # one entry per (token, choice)
     order = flat.argsort(stable=True)                        # sorted by expert, so by owner rank too
     send = x[order // moe.top_k]
     counts = torch.bincount(flat, minlength=n_exp)           # my tokens per expert
-    # 1. counts: rank r receives, from every rank, the counts of r's own experts
+    # (1) counts: rank r receives, from every rank, the counts of r's own experts
     recv_counts = torch.empty_like(counts)
     dist.all_to_all_single(recv_counts, counts, group=group)
     send_splits = counts.view(n, local).sum(1).tolist()      # rows to each rank
     recv_splits = recv_counts.view(n, local).sum(1).tolist()  # rows from each rank
-    # 2. dispatch: the token vectors themselves
+    # (2) dispatch: the token vectors themselves
     got = x.new_empty((sum(recv_splits), x.shape[1]))
     dist.all_to_all_single(got, send, recv_splits, send_splits, group=group)
-    # Received rows are ordered by source rank, then by expert: run each local expert on its rows.
+    # received rows are ordered by source rank, then by expert: each local expert runs on its rows
     done, row = torch.empty_like(got), 0
     for chunk in recv_counts.view(n, local).tolist():
         for j, c in enumerate(chunk):
             done[row:row + c] = moe.experts[rank * local + j](got[row:row + c])
             row += c
-    # 3. combine: back to where each row came from (the splits swapped)
+    # (3) combine: back to where each row came from (the splits swapped)
     back = x.new_empty(send.shape)
     dist.all_to_all_single(back, done, send_splits, recv_splits, group=group)
     out = torch.zeros_like(x)

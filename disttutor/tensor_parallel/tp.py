@@ -36,7 +36,7 @@ def shard_range(n: int, rank: int, world: int) -> slice:
 
 # [teach conjugates]
 class CopyToTP(torch.autograd.Function):
-    """f: the input enters the parallel region. Forward: nothing to do, every rank has it."""
+    """f: the input enters the parallel region (forward: every rank has it already)"""
 
     @staticmethod
     def forward(ctx, x, group):
@@ -45,14 +45,14 @@ class CopyToTP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        # Each rank's dL/dx comes from its own hidden units only: a partial sum. Add them up.
+        # each rank's dL/dx covers its own hidden units only: a partial sum, added up here
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
 
 
 class ReduceFromTP(torch.autograd.Function):
-    """g: the output leaves the parallel region. Forward: add the ranks' partial sums."""
+    """g: the output leaves the parallel region (forward: add the ranks' partial sums)"""
 
     @staticmethod
     def forward(ctx, partial, group):
@@ -62,7 +62,7 @@ class ReduceFromTP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        # The output is identical on every rank, so is its gradient: nothing to communicate.
+        # the output is identical on every rank, so is its gradient: nothing to communicate
         return grad, None
 # [/teach conjugates]
 

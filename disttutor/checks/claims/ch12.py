@@ -1,4 +1,4 @@
-"""Chapter 12's named checks: TP's and SP's collectives, ring attention, expert parallelism, DTensor placements."""
+"""Chapter 12's named checks: the plain parallelize_module cell, TP's and SP's collectives and bytes, ring attention, expert parallelism, DTensor placements."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -32,6 +32,23 @@ def check_tp_collectives(results: Sequence[Mapping[str, Any]], tol: float) -> st
     return "checked: one all-reduce forward and one backward per from-scratch block, as Megatron says"
 
 
+def check_plain_tp(diffs: Sequence[float], tol: float) -> str:
+    """The learner's ``parallelize_module`` MLP: output, input gradient and every weight gradient equal the
+    unsplit copy's on every rank, to ``tol`` (fp32 summed in another order)."""
+    claim(all(d <= tol for d in diffs), f"the split MLP differs from the unsplit copy by more than {tol:g}: {diffs}")
+    return f"parallelize_module's MLP = the unsplit MLP (output and all gradients) on all {len(diffs)} ranks"
+
+
+def check_block_ring_bytes(SP: Mapping[str, Any], s: int, b: int, d: int, t: int) -> str:
+    """Per rank, a TP block's two ring all-reduces of [s*b, d] send 2 * 2(t-1)/t * s*b*d * 4 bytes; SP's
+    all-gathers and reduce-scatters send the same, plus one all-reduce of LayerNorm's and the bias's 3d grads."""
+    block = 2 * 2 * (t - 1) / t * s * b * d * 4
+    ln = 2 * (t - 1) / t * 3 * d * 4
+    got = (SP["tp"]["ring_bytes"], SP["sp"]["ring_bytes"])
+    claim(got == (block, block + ln), f"ring bytes (TP, SP) {got} != the formula {(block, block + ln)}")
+    return f"ring bytes per rank as derived: TP {block:,.0f}, SP {block:,.0f} + {ln:,.0f} (replicated parameters' gradients)"
+
+
 def check_sp_collectives(results: Sequence[Mapping[str, Any]], tol: float) -> str:
     """TP and SP blocks equal one process; SP swaps each all-reduce for an all-gather + reduce-scatter
     (plus LayerNorm's small gradient all-reduce) and saves fewer bytes for backward."""
@@ -52,13 +69,12 @@ def check_sp_collectives(results: Sequence[Mapping[str, Any]], tol: float) -> st
 
 def check_sp_bytes(SP: Mapping[str, Any], tp_formula: int, sp_formula: int, ln_sync: float) -> str:
     """The bytes saved for backward equal the formula from the shapes, exactly; SP's ring bytes are TP's plus
-    the one all-reduce of LayerNorm's gradients."""
+    the one all-reduce of LayerNorm's and the bias's gradients."""
     got = (SP["tp"]["saved_bytes"], SP["sp"]["saved_bytes"])
     claim(got == (tp_formula, sp_formula), f"saved bytes (TP, SP) {got} != the formula {(tp_formula, sp_formula)}")
     extra = SP["sp"]["ring_bytes"] - SP["tp"]["ring_bytes"]
     claim(extra == ln_sync, f"SP's ring bytes exceed TP's by {extra}, not LayerNorm's all-reduce ({ln_sync})")
-    return ("saved bytes equal the formula from the shapes, for TP and for SP\n"
-            "ring bytes: SP sends what TP sends, plus the small all-reduce of LayerNorm's gradients")
+    return "saved bytes = the formula from the shapes, TP and SP; SP's ring bytes = TP's + the replicated parameters' all-reduce"
 
 
 def check_ring_attention(CP: Sequence[Mapping[str, Any]], tol: float) -> str:
