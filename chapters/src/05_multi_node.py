@@ -53,9 +53,9 @@ print("torch", torch.__version__, "| usable CPU cores:", disttutor.cores(), "| G
 # %% [markdown] id="md-05-03"
 # ## 1. Two nodes on one machine
 #
-# On a cluster you run **one torchrun per machine**. Each torchrun, an *agent*, starts one worker process per
-# device and joins a *rendezvous*: the agents meet at an agreed `host:port` and number themselves. Each agent
-# then gives its workers their identity in environment variables:
+# On a cluster you run **one torchrun per machine**. Each torchrun, an *agent*, joins a *rendezvous* (the agents
+# meet at an agreed `host:port` and number themselves), then starts `--nproc-per-node` workers, one per device,
+# and gives them their identity in environment variables:
 #
 # | variable | meaning | here (2 nodes × 2 processes) |
 # |---|---|---|
@@ -93,8 +93,8 @@ print(plain.command)
 print("\n".join(ln for log in plain.logs for ln in log if ln.startswith("RANK ")))
 
 # %% [markdown] id="md-05-35"
-# The course's program `whoami` does the same, also all-reduces the sum of all ranks, and reports every
-# variable torchrun set. One row per rank:
+# The course's program `whoami` does the same, also all-reduces the sum of all ranks, and reports torchrun's
+# identity variables. One row per rank:
 
 # %%
 res = disttutor.launch("whoami", nproc=2, nnodes=2, stream=False, timeout=150)
@@ -150,7 +150,7 @@ agents = {int(r.results["env"]["GROUP_RANK"]): r.results["agent_pid"] for r in r
 print(check_group_rank_order(assign, [agents[g] for g in sorted(agents)]))  # torch's sort, and this run's pids
 
 # %% [markdown] id="md-05-08"
-# One rank's full torchrun environment (the port and run id change every run):
+# One rank's identity variables as torchrun set them (the port and run id change every run):
 
 # %%
 for k, v in envs[-1].items():
@@ -160,13 +160,13 @@ for k, v in envs[-1].items():
 # ## 2. One launcher: torchrun
 #
 # <details><summary><b>The article says</b> run <code>python -m torch.distributed.launch --nproc_per_node=4
-# --nnodes=2 --node_rank=0</code> (<code>1</code> on the second machine) on <code>train_script.py</code>, 2
-# machines with 4 GPUs each</summary>
+# --nnodes=2 --node_rank=0 --master_addr=192.168.1.1 --master_port=12355</code> (<code>--node_rank=1</code> on the
+# second machine) on <code>train_script.py</code>, 2 machines with 4 GPUs each</summary>
 #
 # The article never shows `train_script.py`. Read as its §5.2 script, whose `main()` calls `mp.spawn(train,
-# nprocs=world_size)` with `world_size = torch.cuda.device_count()`, each of the 4 launched processes per
-# machine spawns 4 more: 32 training processes for 8 GPUs, each taking its spawn index (0..3) as its rank in a
-# world of 4. Every rank is claimed 8 times, at one `MASTER_ADDR:MASTER_PORT`.
+# args=(world_size,), nprocs=world_size, join=True)` with `world_size = torch.cuda.device_count()`, each of the
+# 4 launched processes per machine spawns 4 more: 32 training processes for 8 GPUs, each taking its spawn index
+# (0..3) as its rank in a world of 4. Every rank is claimed 8 times, at one `MASTER_ADDR:MASTER_PORT`.
 #
 # Today `torch.distributed.launch` is deprecated but still runs. Below: a 2 × 2 copy of the double launch,
 # then the fix.
@@ -345,7 +345,8 @@ cfg = cluster.ClusterConfig(nnodes=2, nproc_per_node=4, gpus_per_node=4, module=
 
 # %% [markdown] id="md-05-19"
 # ### A plain torchrun command per node
-# Run each on its machine, in any order: the c10d rendezvous waits for all of them up to its `join_timeout`
+# Run each on its machine, the head's first: it hosts the rendezvous store, and an agent that cannot reach it
+# gives up (`read_timeout`, 60 s per try). Then the c10d rendezvous waits for all nodes up to its `join_timeout`
 # (default below; `--rdzv-conf join_timeout=SECONDS`).
 
 # %% tags=["nbval-check-output"]
@@ -389,7 +390,7 @@ print(check_node_command(node_command))
 # ### Slurm
 # One `srun` task per node; each task is a torchrun agent. The first node of the allocation, where the batch
 # script runs, hosts the rendezvous; `$SLURM_JOB_ID` names it. Check with `sbatch --test-only job.sbatch`,
-# then run `sbatch job.sbatch`. The script, its comments left out:
+# then run `sbatch job.sbatch`. The script, its comment lines left out:
 
 # %% tags=["nbval-check-output"]
 sbatch = cluster.slurm_script(cfg)
@@ -404,8 +405,8 @@ check = subprocess.run(["bash", "-n", "job.sbatch"], capture_output=True, text=T
 print(check_bash_syntax(check.returncode, check.stderr))
 
 # %% [markdown] id="md-05-23"
-# **Why the guards are there.** Each one prevents a failure met under a real Slurm with an earlier version
-# (*reported*): `torchrun` not found, a node name that did not resolve, two jobs meeting at one fixed port,
+# **Why the guards are there.** Each one stops a failure a simpler script can meet under Slurm: `torchrun` not
+# found on the nodes, a node name that does not resolve, two jobs on one head meeting at one fixed port,
 # `head -n 1`'s SIGPIPE under `pipefail`. Without `activate=`, the script activates the environment of the
 # Python that wrote it, right when the nodes share this machine's files. Here:
 
@@ -526,8 +527,9 @@ for bad in (dict(nproc_per_node=8, gpus_per_node=4), dict(nproc_per_node=4, cpus
 # %% [markdown] id="md-05-29"
 # ## 4. "My rendezvous never forms": a checklist
 #
-# Either the agents never meet (torchrun raises `RendezvousTimeoutError` after its join timeout), or they meet
-# and the first collective hangs or fails to connect. Run each check on every node:
+# Either the agents never meet (torchrun raises `RendezvousConnectionError` when the head's store stays
+# unreachable, `RendezvousTimeoutError` after the join timeout), or they meet and the first collective hangs or
+# fails to connect. Run each check on every node:
 #
 # 1. **The head is unreachable on its port.** `nc -zv HEAD PORT`: *refused*, nothing listens yet; *a timeout*,
 #    a firewall drops the packets. Open the rendezvous port **and** the ports gloo and NCCL use between nodes.
@@ -584,7 +586,7 @@ print(*source_lines(dr._BackendRendezvousStateHolder._sanitize, "expire_time = d
 # ## Key takeaways
 #
 # * Going multi-node changes how processes start and meet, not the training code.
-# * Every node runs the same torchrun command; with c10d, `--node-rank` is ignored and the agents are numbered
+# * With c10d every node runs the same torchrun command: `--node-rank` is ignored and the agents are numbered
 #   when they meet.
 # * RANK = GROUP_RANK × processes per node + LOCAL_RANK; `LOCAL_RANK` picks the GPU.
 # * One launcher only: a script under torchrun that also calls `mp.spawn` multiplies the processes.

@@ -124,8 +124,10 @@ def _():
 
 @_answer("5.q2")
 def _():
-    return ("- The node that arrived waits up to the rendezvous' join timeout (600 s by default), then fails: no "
-            "training code runs\n"
+    return ("- If the head (the endpoint's host) arrived, it waits out the join timeout (600 s by "
+            "default), then fails: no training code runs\n"
+            "- If the head is the one missing, the other fails sooner: it cannot reach the head's store "
+            "(`read_timeout`, 60 s per try)\n"
             "- Check first that every node's command has the same `--nnodes`, `--rdzv-id` and `--rdzv-endpoint`\n"
             "- Then that the endpoint's name resolves on every node to a reachable address (not 127.0.1.1), and "
             "that its port is open\n"
