@@ -68,8 +68,8 @@ def main():
     model_sd, optim_sd = get_state_dict(model, opt)    # the structure dcp.load fills in place
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=path)                # collective: each rank reads what it needs
-    # set_state_dict hands the loaded tensors to model and optimizer (required wherever get_state_dict
-    # returned copies, e.g. with StateDictOptions(full_state_dict=True) or cpu_offload=True)
+    # set_state_dict hands what was loaded to model and optimizer: dcp.load fills tensors in place but
+    # replaces the other values in the dict (param_groups: lr, betas), and get_state_dict may return copies
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     # [/teach load]
     train(model, opt, 3, 3, device)
