@@ -1,9 +1,40 @@
-"""Chapter 9's named checks: what DETAIL mode names, the straggler in the profile, and question 9.1's reading."""
+"""Chapter 9's named checks: what DETAIL mode names, every rank's stack, the straggler in the profile, and
+question 9.1's reading."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from disttutor.checks.claims.base import claim
+
+
+def check_detail_script(plain: Any, detail: Any) -> str:
+    """The mismatch script: plain, a rank only times out (no operation named); with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``
+    a rank's error names both operations. Which rank raises first is a race: any rank's text counts."""
+    texts = lambda run: [r.raw_error or r.error or "" for r in run.ranks]  # noqa: E731
+    claim(any("Timed out waiting 3000ms" in t for t in texts(plain)),
+          f"without DETAIL a rank should time out after 3 s: {texts(plain)}")
+    claim(not any("OpType" in t for t in texts(plain)), f"without DETAIL no operation is named: {texts(plain)}")
+    claim(any("Detected mismatch between collectives" in t and "OpType=ALLREDUCE" in t and "OpType=BROADCAST" in t
+              for t in texts(detail)), f"with DETAIL a rank should name ALLREDUCE and BROADCAST: {texts(detail)}")
+    return "checked: plain, a 3 s timeout naming no operation; with DETAIL, an error naming ALLREDUCE and BROADCAST"
+
+
+def check_stacks(report: str, waiting: int, elsewhere: int) -> str:
+    """Every rank's stack, read while the job hangs: rank ``waiting`` in the all-reduce, rank ``elsewhere`` in none."""
+    lines = report.splitlines()
+    claim(lines[waiting].startswith(f"rank {waiting}: waiting in all_reduce()"),
+          f"rank {waiting} should wait in all_reduce: {report!r}")
+    claim(lines[elsewhere].startswith(f"rank {elsewhere}: in no collective"),
+          f"rank {elsewhere} should be in no collective: {report!r}")
+    return f"checked: rank {waiting}'s stack is in all_reduce, rank {elsewhere}'s in no collective"
+
+
+def check_trace_handler() -> str:
+    """The article's ``torch.profiler.tensorboard_trace_handler`` still exists in the installed torch."""
+    import torch
+
+    claim(callable(torch.profiler.tensorboard_trace_handler), "torch.profiler.tensorboard_trace_handler is gone")
+    return f"checked: torch {torch.__version__} still has torch.profiler.tensorboard_trace_handler"
 
 
 def check_reproduced(res: Any, mismatches: list[str], n_modes: int) -> str:
@@ -33,8 +64,7 @@ def check_straggler_profile(tot: Mapping[int, Mapping[str, float]], slow_rank: i
     claim(tot[fast]["backward"] > tot[slow_rank]["backward"],
           f"the fast rank {fast} should wait inside backward: backward {tot[fast]['backward']:.1f} ms vs "
           f"the straggler's {tot[slow_rank]['backward']:.1f} ms")
-    return (f"rank {slow_rank}'s forward is longer by more than its {steps} x {sleep_ms:g} ms of sleep; rank {fast} "
-            "waits for it inside backward (the longest backward is not the straggler)")
+    return f"checked: rank {slow_rank}'s forward exceeds rank {fast}'s by its sleeps; rank {fast} waits inside backward"
 
 
 def crash_outcome(run: Any, crashed: int, timeout_s: float) -> tuple[str, str]:
@@ -58,5 +88,15 @@ def crash_outcome(run: Any, crashed: int, timeout_s: float) -> tuple[str, str]:
     else:
         letter = "b"
     how = ", ".join(f"rank {r.rank}: {r.label}" for r in others)
-    return letter, (f"Rank {crashed} {dead.error or dead.status}; the others: {how} (job over after "
-                    f"{run.wall_s:.1f} s of a {timeout_s:g} s collective timeout)")
+    # Short lines, no full stop: the page prints at most three sentences a cell, 25 words a line.
+    return letter, (f"Rank {crashed} {dead.error or dead.status};\nthe others: {how};\njob over after "
+                    f"{run.wall_s:.1f} s of a {timeout_s:g} s collective timeout")
+
+
+#: What question 9.1's outcome means, by letter (appended to :func:`crash_outcome`'s sentence).
+CRASH_WHY = {
+    "b": ":\nwhen a process dies, torchrun sees it exit and stops the job (gloo's peers also see the connection close);"
+         "\na *living* rank that skips a collective is what waits for the timeout",
+    "a": ":\nthe living ranks waited for the whole collective timeout; nothing noticed the dead peer sooner",
+    "c": ":\na rank finished with a sum that lacks the dead rank's part; check every result, not only the exit",
+}
