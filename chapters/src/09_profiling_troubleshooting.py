@@ -44,8 +44,8 @@ from disttutor.viz import profiling as viz
 # * **Every rank's Python stack** (`py-spy dump --pid PID`): where each rank is when a job hangs (section 3).
 #
 # On GPUs, NCCL has its own: `NCCL_DEBUG=INFO` logs NCCL's set-up, and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` (with
-# `TORCH_NCCL_ENABLE_MONITORING=1` and `TORCH_NCCL_TRACE_BUFFER_SIZE` above 0) dumps the record of recent
-# collectives when one times out.
+# `TORCH_NCCL_ENABLE_MONITORING=1`) dumps the record of recent collectives when one times out; that record's
+# size, `TORCH_NCCL_TRACE_BUFFER_SIZE`, is 2000 entries unless you set it (0 turns it off).
 #
 # The script below has one bug: rank 0 calls `all_reduce` while rank 1 calls `broadcast`.
 
