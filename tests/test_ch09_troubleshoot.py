@@ -22,6 +22,44 @@ def test_table_is_consistent_with_the_reproductions():
     assert all(f"(#{k})" in index for k in keys)
     with pytest.raises(ValueError, match="where must be"):
         troubleshoot.FailureMode("x", "x", "cluster", "x", "", "", "")
+    # the chapter's table: one row a mode, what it printed cut to its first words
+    seen = {"port_in_use": troubleshoot.Repro("port_in_use", "a b c d e f g h i j", "", None, 0)}
+    table = troubleshoot.table_markdown(seen)
+    assert len(table.splitlines()) == 2 + len(keys) and "`a b c d e f g h …`" in table
+
+
+GLOO = "RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms"
+DETAIL = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+          "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, "
+          "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu)), but Rank 1 is running collective: "
+          "CollectiveFingerPrint(SequenceNumber=0, OpType=BROADCAST, TensorShape=[4], TensorDtypes=Float, "
+          "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu)).Collectives differ in the following "
+          "aspects: \t Op type: ALLREDUCEvs BROADCAST")
+
+
+def test_abridge_and_first_error_keep_what_differs_between_ranks():
+    from types import SimpleNamespace as NS
+
+    from disttutor.checks.claims import ch09
+
+    assert troubleshoot.abridge(GLOO) == "RuntimeError: Timed out waiting 3000ms"
+    lines = troubleshoot.abridge(DETAIL).splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["RuntimeError", "Rank 0 is running collective",
+                                                  "but Rank 1 is running collective",
+                                                  "Collectives differ in the following aspects"]
+    assert "TensorOptions" not in "".join(lines) and lines[1].endswith("TensorDtypes=Float),"), lines
+    # the rank whose peer died speaks second: the first rank that raised its own error is shown
+    peer = NS(rank=0, status="error", blame="peer", raw_error="RuntimeError: Connection closed by peer", error=None)
+    own = NS(rank=1, status="error", blame="wait", raw_error=GLOO, error=None)
+    assert troubleshoot.first_error(NS(ranks=[peer, own])) == "RuntimeError: Timed out waiting 3000ms"
+    plain, detail = NS(ranks=[peer, own]), NS(ranks=[NS(status="error", raw_error=DETAIL, error=None)])
+    assert "ALLREDUCE on one rank and BROADCAST" in ch09.check_detail_script(detail)
+    with pytest.raises(AssertionError, match="name ALLREDUCE and BROADCAST"):
+        ch09.check_detail_script(plain)
+    stacks = "rank 0: waiting in all_reduce() x\nrank 1: in no collective"
+    assert "rank 1's in no collective" in ch09.check_stacks(stacks, waiting=0, elsewhere=1)
+    with pytest.raises(AssertionError, match="rank 1 should be in no collective"):
+        ch09.check_stacks("rank 0: waiting in all_reduce() x\nrank 1: waiting in all_reduce()", waiting=0, elsewhere=1)
 
 
 def test_lookup_finds_the_entry_from_a_pasted_error():
@@ -47,6 +85,9 @@ def test_every_reproduction_matches_its_symptom(repros, no_leftovers):
 
 
 def test_detail_debug_names_the_mismatch(repros):
+    from disttutor.checks.claims import ch09
+
+    assert "only times out" in ch09.check_mismatch_plain_and_detail(repros)
     assert "OpType=BROADCAST" in repros["mismatched_collective"].detail
     assert "Tensor shapes" in repros["rank_dependent_shape"].detail
     assert "1 gradient all-reduce(s) per step" in repros["accumulation_without_no_sync"].fixed

@@ -22,7 +22,7 @@ import learner_view as lv  # noqa: E402
 NOTEBOOKS = lv.notebooks("en")
 ZH = lv.notebooks("zh")
 # Chapters whose page has been rewritten as two layers (the rules below hold for them in full).
-REWRITTEN: set[str] = {"00", "01", "02", "03", "04", "05", "06", "07", "08", "10", "11", "12", "13"}
+REWRITTEN: set[str] = {"00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13"}
 IDS = [os.path.basename(p)[:2] for p in NOTEBOOKS]
 
 

@@ -135,15 +135,15 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="core", minutes=25),
     Exercise("9.1", 9, "find the straggler from the profiler's traces", "find_straggler",
              "disttutor.checks.profiling:check_straggler", "solutions/ex9_1_find_straggler.py",
-             ("Every rank waits for the slowest one inside DDP's all-reduce: the rank with the LONGEST backward "
-              "is a rank that waited, not the straggler.",
+             ("The rank with the LONGEST backward waited there for the others inside DDP's all-reduce: it is "
+              "not the straggler.",
               "Sum the durations of the 'forward' user_annotation events of each rank; the largest is the "
               "straggler (its own work took longest before any communication)."),
              difficulty="warm-up", minutes=15),
     Exercise("9.2", 9, "fix the bug: gradient accumulation under DDP", "accumulate_step",
              "disttutor.checks.fixbug:check_accumulation", "solutions/ex9_2_accumulate_step.py", (
-                 "Two bugs, both silent. The step should equal ONE step on the mean loss of all samples: what "
-                 "do the gradients of several backward() calls add up to? And how often does DDP all-reduce?",
+                 "Two silent bugs. Several backward() calls sum their gradients: is that the mean loss's? "
+                 "How often does DDP all-reduce?",
                  "Divide each micro-batch's loss by len(micro_batches). Run all but the last micro-batch inside "
                  "`with ddp_model.no_sync():` (contextlib.nullcontext() for the last one): gradients accumulate "
                  "locally, and the last backward all-reduces their sum once."),
@@ -151,8 +151,7 @@ EXERCISES: tuple[Exercise, ...] = (
              difficulty="core", minutes=20),
     Exercise("9.3", 9, "fix the bug: set_epoch and a global loss log", "train_epochs",
              "disttutor.checks.fixbug:check_epochs", "solutions/ex9_3_train_epochs.py", (
-                 "Two bugs, both silent: does epoch 1 see the samples in a new order? And whose loss does "
-                 "loss.item() return on rank 1?",
+                 "Two silent bugs: is epoch 1's order new? Whose loss does loss.item() return on rank 1?",
                  "sampler.set_epoch(epoch) at the start of each epoch; log a detached copy of the loss after "
                  "dist.all_reduce (SUM) divided by dist.get_world_size() -- called on EVERY rank, since a "
                  "collective only rank 0 calls waits forever."),

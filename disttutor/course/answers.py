@@ -213,21 +213,18 @@ def _():
 
 @_answer("9.q2")
 def _():
-    return ("The **fast** ranks show the longest backward: DDP's all-reduce runs inside backward, and a fast "
-            "rank sits in it until the slow rank's gradients arrive, so its backward contains the waiting. The "
-            "slow rank arrives last and waits least. Find the straggler from work no collective is mixed into: "
-            "the rank with the longest forward (or compute without communication), or the one whose all-reduce "
-            "waits are shortest — Exercise 9.1.")
+    return ("The **fast** ranks: DDP's all-reduce runs inside backward, and a fast rank sits in it until the\n"
+            "slow rank's gradients arrive, so its backward contains the waiting; the slow rank waits least.\n"
+            "Find the straggler from work no collective is mixed into: the rank with the longest forward\n"
+            "(Exercise 9.1).")
 
 
 @_answer("9.q3")
 def _():
-    return ("At the last step the other ranks enter backward's all-reduce; the short rank has already left the "
-            "loop and calls a different collective or none. They wait until the collective timeout (or, with "
-            "NCCL and no timeout set, much longer), then the job fails. Fixes: give every rank the same number of "
-            "batches (`DistributedSampler` pads, or `drop_last=True`), or wrap the loop in "
-            "`torch.distributed.algorithms.Join` with the DDP model, which shadows the missing all-reduces for "
-            "ranks that are done (chapter 4).")
+    return ("At the last step the other ranks enter backward's all-reduce while the short rank has left the loop:\n"
+            "they wait for it, and the job fails at the collective timeout (sooner if the short rank exits).\n"
+            "Fixes: give every rank the same number of batches (`DistributedSampler`, `drop_last=True`),\n"
+            "or wrap the loop in `torch.distributed.algorithms.Join` with the DDP model (chapter 4).")
 
 
 @_answer("10.q2")

@@ -1,9 +1,37 @@
-"""Chapter 9's named checks: what DETAIL mode names, the straggler in the profile, and question 9.1's reading."""
+"""Chapter 9's named checks: what DETAIL mode names, every rank's stack, the straggler in the profile, and
+question 9.1's reading."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from disttutor.checks.claims.base import claim
+
+
+def check_detail_script(detail: Any) -> str:
+    """The mismatch script under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: a rank's error names both operations (which
+    rank raises first is a race: any rank's text counts)."""
+    texts = [r.raw_error or r.error or "" for r in detail.ranks]
+    claim(any("Detected mismatch between collectives" in t and "OpType=ALLREDUCE" in t and "OpType=BROADCAST" in t
+              for t in texts), f"with DETAIL a rank should name ALLREDUCE and BROADCAST: {texts}")
+    return "checked: with DETAIL, the error names ALLREDUCE on one rank and BROADCAST on the other"
+
+
+def check_stacks(report: str, waiting: int, elsewhere: int) -> str:
+    """Every rank's stack, read while the job hangs: rank ``waiting`` in the all-reduce, rank ``elsewhere`` in none."""
+    lines = report.splitlines()
+    claim(lines[waiting].startswith(f"rank {waiting}: waiting in all_reduce()"),
+          f"rank {waiting} should wait in all_reduce: {report!r}")
+    claim(lines[elsewhere].startswith(f"rank {elsewhere}: in no collective"),
+          f"rank {elsewhere} should be in no collective: {report!r}")
+    return f"checked: rank {waiting}'s stack is in all_reduce, rank {elsewhere}'s in no collective"
+
+
+def check_trace_handler() -> str:
+    """The article's ``torch.profiler.tensorboard_trace_handler`` still exists in the installed torch."""
+    import torch
+
+    claim(callable(torch.profiler.tensorboard_trace_handler), "torch.profiler.tensorboard_trace_handler is gone")
+    return f"checked: torch {torch.__version__} still has torch.profiler.tensorboard_trace_handler"
 
 
 def check_reproduced(res: Any, mismatches: list[str], n_modes: int) -> str:
@@ -21,6 +49,16 @@ def check_detail_names_mismatch(repros: Mapping[str, Any]) -> str:
     return "DETAIL mode names the mismatched operation (BROADCAST) and the ranks' differing tensor shapes"
 
 
+def check_mismatch_plain_and_detail(repros: Mapping[str, Any]) -> str:
+    """Without DETAIL the mismatched collective only times out, naming no operation; with DETAIL both the
+    mismatched operation and the rank-dependent shapes are named (:func:`check_detail_names_mismatch`)."""
+    plain = repros["mismatched_collective"].symptom
+    claim("Timed out waiting" in plain and "OpType" not in plain,
+          f"without DETAIL the mismatch only times out: {plain!r}")
+    check_detail_names_mismatch(repros)
+    return "checked: plain, the mismatch only times out; DETAIL names the other's BROADCAST and the differing shapes"
+
+
 def check_straggler_profile(tot: Mapping[int, Mapping[str, float]], slow_rank: int, sleep_ms: float,
                             steps: int) -> str:
     """The straggler's forward is longer by its sleeps; the fast rank waits for it inside backward."""
@@ -33,8 +71,7 @@ def check_straggler_profile(tot: Mapping[int, Mapping[str, float]], slow_rank: i
     claim(tot[fast]["backward"] > tot[slow_rank]["backward"],
           f"the fast rank {fast} should wait inside backward: backward {tot[fast]['backward']:.1f} ms vs "
           f"the straggler's {tot[slow_rank]['backward']:.1f} ms")
-    return (f"rank {slow_rank}'s forward is longer by more than its {steps} x {sleep_ms:g} ms of sleep; rank {fast} "
-            "waits for it inside backward (the longest backward is not the straggler)")
+    return f"checked: rank {slow_rank}'s forward exceeds rank {fast}'s by its sleeps; rank {fast} waits inside backward"
 
 
 def crash_outcome(run: Any, crashed: int, timeout_s: float) -> tuple[str, str]:
@@ -58,5 +95,17 @@ def crash_outcome(run: Any, crashed: int, timeout_s: float) -> tuple[str, str]:
     else:
         letter = "b"
     how = ", ".join(f"rank {r.rank}: {r.label}" for r in others)
-    return letter, (f"Rank {crashed} {dead.error or dead.status}; the others: {how} (job over after "
-                    f"{run.wall_s:.1f} s of a {timeout_s:g} s collective timeout)")
+    # Short lines, no full stop: the page prints at most three sentences a cell, 25 words a line.
+    # run.wall_s is the whole launch, start-up included (3.0 s idle, 25.7 s on a loaded 2-core build): never
+    # "X s of the timeout", which reads as time spent waiting and on a busy machine exceeds the timeout under "b"
+    return letter, (f"Rank {crashed} {dead.error or dead.status};\nthe others: {how};\nthe whole launch, start-up "
+                    f"included, took {run.wall_s:.1f} s (collective timeout {timeout_s:g} s)")
+
+
+#: What question 9.1's outcome means, by letter (appended to :func:`crash_outcome`'s sentence).
+CRASH_WHY = {
+    "b": ":\nwhen a process dies, torchrun sees it exit and stops the job (gloo's peers also see the connection close);"
+         "\na *living* rank that skips a collective is what waits for the timeout",
+    "a": ":\nthe living ranks waited for the whole collective timeout; nothing noticed the dead peer sooner",
+    "c": ":\na rank finished with a sum that lacks the dead rank's part; check every result, not only the exit",
+}
