@@ -66,6 +66,14 @@ def test_a_rewritten_page_keeps_its_rules(ch):
             f"torch.distributed code a learner would write (cell {v['first_api_cell']})"
 
 
+def test_the_course_fits_its_reading_budget():
+    """Markdown + printed words over every chapter (proof cells not counted): at most COURSE_WORDS, about
+    3.75 hours at 200 words a minute before any exercise."""
+    words = {ch: v["words"] for ch, v in VIEWS.items()}
+    assert sum(words.values()) <= lv.COURSE_WORDS, f"{sum(words.values())} words to read, budget " \
+                                                   f"{lv.COURSE_WORDS}: {words}"
+
+
 def test_the_zh_edition_has_the_same_proof_cells():
     """The zh notebooks are built from the English run: the same cells are proof cells, collapsed."""
     for en, zh in zip(NOTEBOOKS, ZH):

@@ -134,14 +134,14 @@ assert [m.key for m in troubleshoot.lookup(pasted)] == ["unused_parameters"]
 # without changing it; `disttutor.troubleshoot.diagnose` does that for every rank of a job and names the
 # collective each one waits in (`python -m disttutor.troubleshoot.diagnose RUN_DIR` from a terminal).
 #
-# Below, chapter 0's `hello` runs with `skip_rank=1` (rank 1 never calls the all-reduce) under a 6 s
+# Below, chapter 0's `hello` runs with `skip_rank=1` (rank 1 never calls the all-reduce) under a 12 s
 # collective timeout; a watcher dumps the stacks 2 s after the ranks start.
 
 # %%
 run_dir = tempfile.mkdtemp(prefix="disttutor-run-")
 watch = diagnose.watch(run_dir, world=2, after_s=2)
 hung = disttutor.launch("hello", 2, {"skip_rank": 1}, run_dir=run_dir, check=False, stream=False,
-                        timeout=120, collective_timeout=6)
+                        timeout=120, collective_timeout=12)
 print(hung.command)
 report = watch.report()
 print(report)
