@@ -135,3 +135,28 @@ def test_chapter_8_page_claims_name_what_failed():
     assert "DDP raised" in ch08.check_static_graph({**sg, False: {"error": "x"}})
     with pytest.raises(AssertionError, match="torch handled it"):
         ch08.check_static_graph({**sg, False: {"max_err": 1e-8}})
+
+
+def test_check_pipeline_run_and_check_balance_reject_what_they_name():
+    """The two proof checks of chapter 7's pipelined runs: a right run passes; a drifted weight, a loss off, the
+    wrong stages, another order, an even split that is not more even each fail with the values."""
+    from disttutor.checks.claims.ch07 import check_balance, check_pipeline_run
+
+    order = [[("F", 0, 0), ("B", 0, 0)], [("F", 0, 1), ("B", 0, 1)]]
+    ok = [{"max_weight_diff": 1e-9, "stages": [0]}, {"max_weight_diff": 2e-9, "stages": [1], "losses": [1.0, 0.9],
+                                                    "ref_losses": [1.0, 0.9]}]
+    check_pipeline_run(ok, 1e-5, order, order, losses=True, stages=[[0], [1]])
+    with pytest.raises(AssertionError, match="from one-process training"):
+        check_pipeline_run([{**ok[0], "max_weight_diff": 1e-2}, ok[1]], 1e-5, order, order)
+    with pytest.raises(AssertionError, match="losses"):
+        check_pipeline_run([ok[0], {**ok[1], "losses": [1.0, 0.8]}], 1e-5, order, order, losses=True)
+    with pytest.raises(AssertionError, match="stages per rank"):
+        check_pipeline_run(ok, 1e-5, order, order, stages=[[1], [0]])
+    with pytest.raises(AssertionError, match="rank 1 ran"):
+        check_pipeline_run(ok, 1e-5, order, [order[0], list(reversed(order[1]))])
+    runs = [{"runs": [{"max_weight_diff": 1e-9}, {"max_weight_diff": 3e-9}]}]
+    check_balance([[6, 2], [4, 4]], runs, 1e-5, 4.1, 0.8)
+    with pytest.raises(AssertionError, match="further"):
+        check_balance([[6, 2], [4, 4]], runs, 1e-5, 1.2, 0.7)
+    with pytest.raises(AssertionError, match="splits"):
+        check_balance([[4, 4], [6, 2]], runs, 1e-5, 4.1, 0.8)

@@ -29,7 +29,8 @@ import matplotlib.pyplot as plt
 import torch
 
 import disttutor
-from disttutor.checks.claims.ch07 import check_bubble_model, check_schedule_drawings
+from disttutor.checks.claims.ch07 import (check_balance, check_bubble_model, check_pipeline_run,
+                                          check_schedule_drawings)
 from disttutor.launcher.results import format_table
 from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
 from disttutor.viz.pipeline import bubble_widget, describe, measured_figure, theory_figure
@@ -282,10 +283,8 @@ def measured_orders(res):
 
 
 spec_1f1b = PipeSpec("1f1b", p=2, m=4)
-last = run_1f1b.results[-1]
-assert all(r["max_weight_diff"] < TOL for r in run_1f1b.results)
-assert all(abs(a - b) < TOL for a, b in zip(last["losses"], last["ref_losses"]))
-assert measured_orders(run_1f1b) == [[(a.kind, a.mb, a.stage) for a in acts] for acts in rank_orders(spec_1f1b)]
+check_pipeline_run(run_1f1b.results, TOL, measured_orders(run_1f1b),
+                   [[(a.kind, a.mb, a.stage) for a in acts] for acts in rank_orders(spec_1f1b)], losses=True)
 print(f"✓ every rank's weights within {TOL} of one-process training; torch ran the simulator's 1F1B order")
 
 # %% [markdown] id="md-07-14"
@@ -321,9 +320,8 @@ print(f"interleaved, p = 2, v = 2, m = 4: measured bubble {b_il:.3f}, formula {f
       f"{'above' if b_il > formula(spec_il) else 'not above'} it (load average {os.getloadavg()[0]:.1f})")
 
 # %% tags=["proof", "nbval-check-output"]
-assert all(r["max_weight_diff"] < TOL for r in run_il.results)
-assert [r["stages"] for r in run_il.results] == [[0, 2], [1, 3]]
-assert measured_orders(run_il) == [[(a.kind, a.mb, a.stage) for a in acts] for acts in rank_orders(spec_il)]
+check_pipeline_run(run_il.results, TOL, measured_orders(run_il),
+                   [[(a.kind, a.mb, a.stage) for a in acts] for acts in rank_orders(spec_il)], stages=[[0, 2], [1, 3]])
 print(f"✓ interleaved: stages [0, 2] and [1, 3], within {TOL} of one-process training, the simulator's order")
 
 # %% [markdown] id="md-07-39"
@@ -656,9 +654,7 @@ print(format_table(bal_rows))
 (u, bl) = bal_rows
 work_u = u["CPU ms rank 0"] / u["CPU ms rank 1"]   # CPU time: the work, whatever else the machine runs
 work_b = bl["CPU ms rank 0"] / bl["CPU ms rank 1"]
-assert [c for c, _ in bal] == [[6, 2], [4, 4]]
-assert all(run["max_weight_diff"] < TOL for r in run_bal.results for run in r["runs"])
-assert work_u > 1 and abs(work_b - 1) < abs(work_u - 1), (work_u, work_b)  # 6+2 further from even than 4+4
+check_balance([c for c, _ in bal], run_bal.results, TOL, work_u, work_b)  # 6+2 further from even than 4+4
 print(f"✓ both splits equal one process; rank 0's CPU work is {work_u:.1f}x rank 1's at 6+2, {work_b:.1f}x at 4+4")
 
 # %% [markdown] id="md-07-33"

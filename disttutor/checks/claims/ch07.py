@@ -63,3 +63,33 @@ def check_plain_script(logs: Sequence[Sequence[str]], steps: int) -> str:
     claim(losses[-1] < losses[0], f"the loss did not fall: {losses}")
     return (f"✓ {len(logs)} stages: the last printed {steps} losses, {losses[0]:.3f} -> {losses[-1]:.3f} "
             f"(falling), the others none")
+
+
+def check_pipeline_run(results: Sequence[Mapping[str, Any]], tol: float, measured: list, expected: list,
+                       losses: bool = False, stages: list | None = None) -> None:
+    """A pipelined run against one process and against the simulator: every rank's weights within ``tol``, the
+    last rank's losses too (``losses``), the stages each rank held (``stages``), and the order torch ran
+    ((kind, micro-batch, stage) per rank) equal to the simulator's ``expected``. Raises with the values."""
+    worst = max(r["max_weight_diff"] for r in results)
+    claim(worst < tol, f"a rank's weights are {worst:.3g} from one-process training (tolerance {tol:g})")
+    if losses:
+        last = results[-1]
+        off = max(abs(a - b) for a, b in zip(last["losses"], last["ref_losses"]))
+        claim(off < tol, f"the last stage's losses are {off:.3g} from one process's (tolerance {tol:g})")
+    if stages is not None:
+        claim([r["stages"] for r in results] == stages, f"stages per rank {[r['stages'] for r in results]}, "
+                                                        f"expected {stages}")
+    for k, (got, want) in enumerate(zip(measured, expected)):
+        claim(got == want, f"rank {k} ran {got}, the simulator's order is {want}")
+
+
+def check_balance(splits: list, runs: Sequence[Mapping[str, Any]], tol: float, work_uneven: float,
+                  work_even: float) -> None:
+    """Layers split 6+2 then 4+4: both equal one process (weights within ``tol``), and rank 0's share of the CPU
+    work is further from even at 6+2 than at 4+4. Raises with the values."""
+    claim(splits == [[6, 2], [4, 4]], f"the splits were {splits}, expected [[6, 2], [4, 4]]")
+    worst = max(run["max_weight_diff"] for r in runs for run in r["runs"])
+    claim(worst < tol, f"a split's weights are {worst:.3g} from one-process training (tolerance {tol:g})")
+    claim(work_uneven > 1 and abs(work_even - 1) < abs(work_uneven - 1),
+          f"rank 0 / rank 1 CPU work: {work_uneven:.2f} at 6+2, {work_even:.2f} at 4+4 (6+2 should be further "
+          "from 1)")
