@@ -24,7 +24,7 @@ notebook matches its source and carries outputs.
     python3 course.py execute chapters/src/02_process_groups_collectives.py
     python scripts/build_notebooks.py chapters/src/04_ddp.py   # this script, in the current environment
     python scripts/build_notebooks.py --metadata-only          # cell metadata only (tags, nbgrader), no run
-    python scripts/build_notebooks.py --glossary-only          # the glossary cell's output only, no run
+    python scripts/build_notebooks.py --glossary-only          # the glossary, ch0 errata index and problem cards re-rendered, no run
     python scripts/build_notebooks.py --markdown-only NN.py    # markdown cells only, no run (code unchanged)
 """
 from __future__ import annotations
@@ -298,15 +298,62 @@ def refresh_header(nb, number: int, build: dict) -> None:
 
 def refresh_glossary(nb, number: int) -> None:
     """Re-render the last cell's glossary from glossary.yaml as it is now (a term added to the glossary
-    changes no code, so it needs no rerun)."""
+    changes no code, so it needs no rerun), and chapter 0's errata index from the chapters' correction
+    boxes as they are now (a box edited in another chapter changes no code of chapter 0)."""
     sys.path.insert(0, ROOT)
     from disttutor.course.chapters import GLOSSARY_CALL, glossary_markdown
+    from disttutor.course.errata import ERRATA_CALL, errata_markdown
 
     for cell in nb.cells:
-        if cell.cell_type == "code" and cell.source.strip().endswith(GLOSSARY_CALL.format(number)):
+        src = cell.source.strip() if cell.cell_type == "code" else ""
+        md = (glossary_markdown(number, lang="en") if src.endswith(GLOSSARY_CALL.format(number)) else
+              errata_markdown(lang="en") if src.endswith(ERRATA_CALL) else None)
+        if md is not None:
             for out in cell.get("outputs", []):
                 if "text/markdown" in out.get("data", {}):
-                    out["data"]["text/markdown"] = glossary_markdown(number, lang="en")
+                    out["data"]["text/markdown"] = md
+    refresh_problem_cards(nb)
+    refresh_exercise_cards(nb)
+
+
+_EXERCISE_CALL = re.compile(r'^(?P<fn>card|hint)\("(?P<id>\d+\.\d+)"\)$')
+
+
+def refresh_exercise_cards(nb) -> None:
+    """Re-render each exercise's card (its title, difficulty, minutes, hint count) and the first hint its
+    ``hint("N.M")`` cell shows when run from the top: both are registry data, so an edited hint needs no rerun."""
+    sys.path.insert(0, ROOT)
+    from disttutor.checks.registry import exercise
+    from disttutor.course.shape import card
+
+    for cell in nb.cells:
+        m = _EXERCISE_CALL.match(cell.source.strip()) if cell.cell_type == "code" else None
+        if m is None:
+            continue
+        e = exercise(m["id"])
+        text = (card(e.id, lang="en") if m["fn"] == "card" else
+                f"Exercise {e.id}, hint 1/{len(e.hints)}: {e.hints[0]}")
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "text/markdown" in data:
+                data["text/markdown"] = str(text)
+            if "text/plain" in data:
+                data["text/plain"] = str(text)
+
+
+def refresh_problem_cards(nb) -> None:
+    """Re-render each worked problem's and puzzle's card from its stored inputs (the problem, the learner's number, the
+    run's numbers the cell passed): a problem's wording is data (problem_sets/), so a fix to it needs no rerun
+    and the run's numbers stay the ones this build measured."""
+    sys.path.insert(0, ROOT)
+    from disttutor.course import problems, puzzles
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            data = out.get("data", {})
+            for mod, again in ((problems, problems.problem_in), (puzzles, puzzles.puzzle_in)):
+                if mod.MIME in data:
+                    data["text/markdown"] = data["text/plain"] = again(data[mod.MIME], "en")
 
 
 def refresh_glossary_only(src: str) -> None:

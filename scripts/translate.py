@@ -67,7 +67,7 @@ def _build_of(outs: list) -> dict | None:
 
 def zh_outputs(cell: dict, number: int) -> list | None:
     """The Chinese outputs of a course card cell, or None for any other cell (its outputs are kept)."""
-    from disttutor.course import shape
+    from disttutor.course import errata, problems, puzzles, shape
     from disttutor.course.chapters import GLOSSARY_CALL, HEADER_CALL, glossary_markdown, header_markdown
 
     src = "".join(cell["source"]).strip()
@@ -76,12 +76,18 @@ def zh_outputs(cell: dict, number: int) -> list | None:
         md = header_markdown(number, _build_of(outs), lang="zh")
     elif src.endswith(GLOSSARY_CALL.format(number)):
         md = glossary_markdown(number, lang="zh")
+    elif src.endswith(errata.ERRATA_CALL):
+        md = errata.errata_markdown(lang="zh")
     elif _CALL.match(src):
         m = _CALL.match(src)
         if m["fn"] == "hint":  # the build ran the cell once: the first hint
             md = shape.hint(m["arg"], 1, lang="zh")
         else:
             md = getattr(shape, m["fn"])(m["arg"], lang="zh")
+    elif any(problems.MIME in o.get("data", {}) for o in outs):
+        md = problems.problem_in(next(o["data"][problems.MIME] for o in outs if problems.MIME in o.get("data", {})), "zh")
+    elif any(puzzles.MIME in o.get("data", {}) for o in outs):
+        md = puzzles.puzzle_in(next(o["data"][puzzles.MIME] for o in outs if puzzles.MIME in o.get("data", {})), "zh")
     elif src.startswith("reveal(") or "\nreveal(" in src:
         md = None
         new = copy.deepcopy(outs)
@@ -99,6 +105,22 @@ def zh_outputs(cell: dict, number: int) -> list | None:
         raise SystemExit(f"chapter {number}: the card cell {src[:40]!r} has {len(kinds)} markdown outputs, not 1: "
                          "rebuild the English chapter")
     kinds[0]["data"] = _markdown_output(md)
+    return new
+
+
+def catalogued(outs: list) -> list:
+    """A cell's outputs with every sentence the message catalogue knows in Chinese (stderr and errors kept)."""
+    from disttutor.course import messages
+
+    new = copy.deepcopy([dict(o) for o in outs])
+    for o in new:
+        if o.get("output_type") == "stream" and o.get("name") == "stdout":
+            o["text"] = messages.apply("".join(o["text"]))
+        elif o.get("output_type") in ("execute_result", "display_data"):
+            for kind in ("text/plain", "text/markdown"):
+                if kind in o.get("data", {}):
+                    o["data"] = dict(o["data"])
+                    o["data"][kind] = messages.apply("".join(o["data"][kind]))
     return new
 
 
@@ -120,9 +142,9 @@ def build_zh(number: int, entries: list[tr.Entry] | None = None) -> dict:
         if cell.cell_type == "markdown":
             cell.source = entries[cell.id].text
         else:
-            outs = zh_outputs(cell, number)
-            if outs is not None:
-                cell.outputs = [nbformat.from_dict(o) for o in outs]
+            outs = zh_outputs(cell, number)  # a card in Chinese, or None
+            outs = catalogued(cell.get("outputs", []) if outs is None else outs)
+            cell.outputs = [nbformat.from_dict(o) for o in outs]
         cells.append(cell)
         note = entries.get(f"note:{cell.id}")
         if note is not None:  # a translator's note, after the cell it is about

@@ -52,6 +52,10 @@ def test_abridge_and_first_error_keep_what_differs_between_ranks():
     peer = NS(rank=0, status="error", blame="peer", raw_error="RuntimeError: Connection closed by peer", error=None)
     own = NS(rank=1, status="error", blame="wait", raw_error=GLOO, error=None)
     assert troubleshoot.first_error(NS(ranks=[peer, own])) == "RuntimeError: Timed out waiting 3000ms"
+    # the same race inside the reproduction job: the rank whose own wait expired is the one reported
+    closed = {"symptom": "RuntimeError: Connection closed by peer [127.0.0.1]:49364."}
+    waited = {"symptom": "RuntimeError: Timed out waiting 3000ms"}
+    assert troubleshoot._pick([closed, waited]) is waited and troubleshoot._pick([closed, {"symptom": "x"}]) is closed
     plain, detail = NS(ranks=[peer, own]), NS(ranks=[NS(status="error", raw_error=DETAIL, error=None)])
     assert "ALLREDUCE on one rank and BROADCAST" in ch09.check_detail_script(detail)
     with pytest.raises(AssertionError, match="name ALLREDUCE and BROADCAST"):

@@ -127,16 +127,24 @@ def test_shape_problems_names_each_missing_piece():
     assert any("bullets" in p for p in shape_problems(six, 2))
 
 
-def test_every_exercise_has_a_difficulty_and_a_time():
+def test_every_exercise_has_a_kind_a_difficulty_and_a_time():
     for e in EXERCISES:
         assert e.difficulty in ("warm-up", "core", "stretch") and e.minutes > 0, e.id
-        text = shape.card(e.id)
+        text = shape.card(e.id, lang="en")
         assert e.difficulty in text and f"about {e.minutes} min" in text and f'hint("{e.id}")' in text
-    args = ("9.9", 9, "t", "s", "m:f", "solutions/x.py", ("a", "b"))
+        assert f"** · {e.kind} · *{e.difficulty}*" in text, text
+        assert {"build": "动手实现", "fix": "修复程序", "puzzle": "小谜题"}[e.kind] in shape.card(e.id, lang="zh")
+    args = ("9.9", 9, "t", "s", "m:f", "solutions/x.py", ("a", "b", "c"))
     with pytest.raises(ValueError, match="difficulty must be one of"):
-        Exercise(*args, minutes=5)
+        Exercise(*args, minutes=5, kind="build")
     with pytest.raises(ValueError, match="minutes must be a positive"):
-        Exercise(*args, difficulty="core")
+        Exercise(*args, difficulty="core", kind="build")
+    with pytest.raises(ValueError, match="kind must be one of build, fix, puzzle"):
+        Exercise(*args, difficulty="core", minutes=5)
+    with pytest.raises(ValueError, match="a 'fix' exercise starts from a broken program"):
+        Exercise(*args, difficulty="core", minutes=5, kind="fix")
+    with pytest.raises(ValueError, match="give three hints"):
+        Exercise(*args[:-1], ("a", "b"), difficulty="core", minutes=5, kind="build")
 
 
 def test_hint_renders_and_goes_further(monkeypatch):
@@ -153,7 +161,8 @@ def test_hint_without_solutions_says_ask_the_teacher(monkeypatch, tmp_path):
     from disttutor.checks import registry
 
     monkeypatch.setattr(registry, "ROOT", str(tmp_path))  # a classroom copy: no solutions/ folder
-    assert "ask your teacher" in registry.hint("1.1", 3) and "solutions/" not in registry.hint("1.1", 3)
+    last = len(registry.exercise("1.1").hints) + 1  # the step after the last hint
+    assert "ask your teacher" in registry.hint("1.1", last) and "solutions/" not in registry.hint("1.1", last)
 
 
 def test_answers_are_collapsed_and_every_one_is_used():

@@ -50,8 +50,8 @@ def test_hint_goes_one_step_further_each_call(monkeypatch):
     assert [g.split(":")[0] for g in got[:len(e.hints)]] == [f"Exercise 9.2, hint {i}/{len(e.hints)}"
                                                              for i in range(1, len(e.hints) + 1)]
     assert got[-2] == got[-1] and e.solution in got[-1]  # the last step stays where the solution is
-    assert hint("1.1", 2).startswith("Exercise 1.1, hint 2/") and e.solution not in hint("1.1", 2)
-    assert registry.exercise("1.1").solution in hint("1.1")  # after hint 2 (the chapter's cell) comes the solution
+    assert hint("1.1", 3).startswith("Exercise 1.1, hint 3/3") and e.solution not in hint("1.1", 3)
+    assert registry.exercise("1.1").solution in hint("1.1")  # after hint 3 (the chapter's cell) comes the solution
     assert hint("3.1").startswith("Exercise 3.1, hint 1/")  # every exercise keeps its own count
 
 

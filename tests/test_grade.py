@@ -15,7 +15,7 @@ import pytest
 
 from disttutor.course import cli
 from disttutor.checks import exercise
-from disttutor.course.grade import extract, grade, table
+from disttutor.course.grade import Outcome, extract, grade, legend, table
 from disttutor.course.roster import RosterError, find
 
 from test_exercises import ROOT, stub_source
@@ -87,6 +87,15 @@ def test_grade_a_classroom(classroom, tmp_path, capsys, no_leftovers):
     assert "still a stub -- Exercise 1.1" in capsys.readouterr().out
     rows = list(csv.DictReader(open(out_csv)))
     assert [(r["learner"], r["exercise"], r["status"]) for r in rows] == [("ben_untouched", "1.1", "fail")]
+
+
+def test_the_legend_says_each_graded_exercises_kind():
+    got = legend([Outcome("ada", "1.1", "pass"), Outcome("ada", "9.2", "fail", "x"), Outcome("ada", "4.1", "missing"),
+                  Outcome("bo", "10.1", "timeout")])
+    assert got.splitlines() == ["1.1   puzzle warm-up  15 min  per-device memory under DDP and ZeRO-1/2/3",
+                                "9.2   fix    core     20 min  fix the bug: gradient accumulation under DDP",
+                                "10.1  build  stretch  45 min  resume a training job from its checkpoint"]
+    assert legend([]) == ""
 
 
 def test_grade_bad_input(tmp_path, capsys):

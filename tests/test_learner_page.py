@@ -97,3 +97,18 @@ def test_the_detectors_catch_what_they_name():
             "outputs": [{"output_type": "stream", "name": "stdout", "text": "ok: one\nand two\n"}]}
     assert lv.is_proof(cell) and lv.printed(cell).splitlines() == ["ok: one", "and two"]
     assert lv.sentences("One. Two. Three. Four.") == 4 and lv.words("rank 0 sent 4 bytes") == 5
+    long = " ".join(["word"] * 30)
+    table = {"cell_type": "code", "metadata": {}, "source": "show()",
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": f"| {long} | x |\n{long}\n"}]}
+    nb = {"cells": [table], "metadata": {}}
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".ipynb", delete=False) as f:
+        json.dump(nb, f)
+    assert [ln for _, ln in lv.chapter_view(f.name)["long_lines"]] == [long], "a prose line is caught, a table row is not"
+    table["outputs"][0]["text"] = "| One. Two. | Three. Four. |\n"
+    json.dump(nb, open(f.name, "w"))
+    assert lv.chapter_view(f.name)["wordy_cells"] == [], "a table's rows are records, not sentences"
+    table["outputs"][0]["text"] = "One. Two. Three. Four.\n"
+    json.dump(nb, open(f.name, "w"))
+    assert lv.chapter_view(f.name)["wordy_cells"] == [0]
+    os.unlink(f.name)

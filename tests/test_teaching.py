@@ -18,9 +18,9 @@ TEACHING = open(os.path.join(ROOT, "TEACHING.md"), encoding="utf-8").read()
 
 
 def test_the_exercise_table_is_the_registry():
-    rows = {m.group(1): (m.group(2), int(m.group(3)))
-            for m in re.finditer(r"^\| (\d+\.\d+) [^|]*\| (warm-up|core|stretch) \| (\d+) \|", TEACHING, re.M)}
-    assert rows == {e.id: (e.difficulty, e.minutes) for e in EXERCISES}
+    rows = {m.group(1): (m.group(2), m.group(3), int(m.group(4))) for m in re.finditer(
+        r"^\| (\d+\.\d+) [^|]*\| (build|fix|puzzle) \| (warm-up|core|stretch) \| (\d+) \|", TEACHING, re.M)}
+    assert rows == {e.id: (e.kind, e.difficulty, e.minutes) for e in EXERCISES}
 
 
 def test_readme_links_the_teaching_page():

@@ -73,16 +73,32 @@ def test_zh_code_cells_and_outputs_are_the_english_ones(n):
         [(c["id"], c["source"], c["metadata"], c["execution_count"]) for c in en_code], "a zh code cell differs"
     cards = 0
     for e, z in zip(en_code, zh_code):
-        if translate.zh_outputs(e, n) is None:
-            assert z["outputs"] == e["outputs"], f"cell {e['id']}: its outputs differ from the English run's"
+        if translate.zh_outputs(e, n) is None:  # the English run's, with the catalogue's sentences in Chinese
+            assert _joined(z["outputs"]) == _joined(translate.catalogued(e["outputs"])), \
+                f"cell {e['id']}: its outputs differ from the English run's"
         else:  # a course card: the same kind of output, in Chinese
             cards += 1
             assert [o["output_type"] for o in z["outputs"]] == [o["output_type"] for o in e["outputs"]]
+            assert _joined(z["outputs"]) == _joined(translate.catalogued(translate.zh_outputs(e, n)))
             md = "".join(next(o for o in z["outputs"] if "text/markdown" in o.get("data", {}))["data"]["text/markdown"])
             assert re.search(r"[\u4e00-\u9fff]", md), f"cell {e['id']}: the card is not in Chinese: {md[:80]!r}"
     assert cards >= 2, "the header and glossary cards at least"
     assert [c["id"] for c in zh if c["cell_type"] == "markdown" and not c["id"].startswith("zh-note-")] == \
         [c["id"] for c in en if c["cell_type"] == "markdown"]
+
+
+def _joined(outs: list) -> list:
+    """Outputs with every text joined (a notebook stores text as a list of lines or as one string)."""
+    j = lambda t: "".join(t) if isinstance(t, list) else t  # noqa: E731
+    out = []
+    for o in outs:
+        o = dict(o)
+        if "text" in o:
+            o["text"] = j(o["text"])
+        if "data" in o:
+            o["data"] = {k: j(v) if k.startswith("text/") else v for k, v in o["data"].items()}
+        out.append(o)
+    return out
 
 
 CJK = "[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"
@@ -145,6 +161,9 @@ def test_the_term_rules_catch_a_second_translation_and_an_unglossed_first_use():
     bare = zh_terms.text_problems({"a": "每个 rank 调用 all-reduce。", "b": "all-reduce（全归约）"}, g)
     assert len(bare) == 1 and bare[0].startswith("a: first use of 'all-reduce'")
     assert zh_terms.glossary_problems(g + [{"zh": "全局归约", "en": "all-reduce (sum)", "chapter": 2}]) != []
+    # the term's own gloss may name the rendering a reader meets elsewhere; anywhere else it is caught
+    assert zh_terms.text_problems({"a": "all-reduce（全归约）", "b": "全归约（别处也写作全局归约）"}, g) == []
+    assert len(zh_terms.text_problems({"a": "all-reduce（全归约）", "b": "全局归约（也叫全归约）"}, g)) == 1
 
 
 def test_a_changed_english_cell_marks_its_translation_stale_and_the_build_refuses():
@@ -197,8 +216,8 @@ def test_the_cards_speak_the_notebooks_language(tmp_path, monkeypatch):
     assert shape.card("4.1").startswith("**练习 4.1 — ")
     assert shape.answer("4.q2").startswith("<details><summary>答案 4.q2")
     first = shape.hint("4.1", 1)
-    assert first.startswith("练习 4.1，提示 1/2：") and re.search(r"[\u4e00-\u9fff]", first[12:]), first
-    assert shape.hint("4.1", 3).endswith("参考答案是 solutions/ex4_1_naive_ddp.py（在课程的根目录下）。")
+    assert first.startswith("练习 4.1，提示 1/3：") and re.search(r"[\u4e00-\u9fff]", first[12:]), first
+    assert shape.hint("4.1", 4).endswith("参考答案是 solutions/ex4_1_naive_ddp.py（在课程的根目录下）。")
     monkeypatch.setenv("DISTTUTOR_LANG", "en")  # an explicit choice wins
     assert shape.card("4.1").startswith("**Exercise 4.1 — ")
     monkeypatch.setenv("DISTTUTOR_LANG", "fr")

@@ -132,6 +132,30 @@ print(ch00.check_spawn_pickle(train))
 # %% tags=["proof"]
 print(ch00.check_setup_is_the_script())
 
+# %% [markdown] id="md-00-16"
+# ### Exercise 0.1 — your first distributed script, from nothing
+#
+# Now write one in the empty function below, without scrolling back. The function is the whole script,
+# run on every rank with no process group yet: read the environment, pick the device and backend, join
+# with a `timeout=`, all-reduce `rank + 1`, leave, and return the sum. The checker runs it on 2, then 3 ranks.
+
+# %%
+card("0.1")
+
+# %%
+def first_job():
+    """Exercise 0.1: the whole script, run on every rank; return the all-reduced tensor."""
+    raise NotImplementedError("Exercise 0.1: write your first distributed script")
+
+
+# %%
+hint("0.1")
+
+# %%
+from disttutor.checks.joining import check_first_job
+
+print(check_first_job(first_job))
+
 # %% [markdown] id="md-00-06"
 # ## 2. Results as data
 #
@@ -375,6 +399,18 @@ print(ch00.check_no_leftovers(ch00.our_jobs()))
 # under `torchrun`, `rank` and `world_size` can be left out too: they are read from the environment.
 # </details>
 #
+# %% [markdown] id="md-00-30"
+# ### For readers of the article: every correction in one table
+#
+# Each chapter corrects the article where it is wrong or outdated, in a box like the two above. The
+# table gathers them all: the article's section, what it says, what is true today, and the chapter
+# that shows it running.
+
+# %%
+import disttutor.course.errata
+disttutor.course.errata.index()
+
+# %% [markdown] id="md-00-31"
 # **Next:** chapter 1 asks *why* we distribute training at all, and chapter 2 opens up the process
 # group and every collective the course uses.
 

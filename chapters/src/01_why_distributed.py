@@ -40,6 +40,9 @@ from disttutor.workloads.data import regression
 from disttutor.workloads.models import MLP, seeded
 from disttutor.viz.memory import calculator, calculator_view
 from disttutor.viz.parallelism import ownership_picture
+from disttutor.viz.zero_partition_traffic import traffic_rows, zero_schematic
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 
 torch.manual_seed(0)
 print("torch", torch.__version__)
@@ -201,25 +204,54 @@ print(ch01.check_transformer_layer(n_layer, h, ratio))
 # * **pipeline parallel**: each device holds `L/N` layers: model states `÷ N`; we assume the GPipe
 #   schedule, where a stage keeps its layers' activations for *all* micro-batches until the backward.
 #
-# The figure below is the calculator's default, drawn by a plain function (`calculator_view`):
+# First the picture of ZeRO for the calculator's default set-up, then the calculator itself (`calculator_view`).
+
+# %% tags=["schematic"]
+calc = dict(preset="GPT 7B-like (32 x 4096)", batch=32, seq=1024, precision="mixed", optimizer="adam", n=8)
+zero_schematic(**calc)  # the same set-up as the calculator's figure below
+plt.show()
+
+# %% [markdown] id="md-01-24" tags=["caption"]
+# *Figure: each rank keeps only its own slice (filled) of a sharded state; ZeRO-3 holds the least of the four but sends 1.5× DDP's bytes.*
+
+# %% [markdown] id="md-01-25" tags=["derivation"]
+# **Derivation: the bytes each rank sends per step.** $S$ is the gradients' bytes (as many as the weights the forward uses), $n$ the ranks;
+# $b$ sequences of $s$ tokens, width $h$, $e$ bytes per activation, $L$ layers.
+#
+# * DDP: a ring all-reduce is a reduce-scatter plus an all-gather, $\frac{n-1}{n}S$ each: $2\frac{n-1}{n}S$
+# * ZeRO-1/2: reduce-scatter the gradients, update one shard, all-gather the new weights: the same $2\frac{n-1}{n}S$
+# * ZeRO-3: all-gather the weights for the forward, again for the backward, reduce-scatter the gradients: $3\frac{n-1}{n}S$
+# * tensor parallel: two all-reduces of $bshe$ bytes per layer forward, two backward: $4L \cdot 2\frac{n-1}{n}\,bshe$
+# * pipeline: a middle stage sends its output forward and its input's gradient back: $2\,bshe$, whatever $S$ is
+#
+# Time is then about bytes$/B$, plus α per message; the `sent` column below is this count.
 
 # %% tags=["nbval-check-output"]
-rows, fig = calculator_view("GPT 7B-like (32 x 4096)", batch=32, seq=1024, precision="mixed", optimizer="adam", n=8)
+rows, fig = calculator_view(**calc)
 plt.show()
+sent = {r["strategy"]: r["sent"] for r in traffic_rows(**calc)}  # GiB each device sends per step
 print("GiB per device:")
 for r in rows:
     print(f"  {r['strategy']:15s}", "  ".join(f"{k} {r[k]:.1f}" for k in ("weights", "gradients", "optimizer",
-                                                                         "activations", "total")))
+                                                                         "activations", "total")),
+          f"  sent {sent[r['strategy']]:.1f}")
 
 # %% tags=["proof", "nbval-check-output"]
 cfg = mem.TrainingSetup(layers=32, hidden=4096, heads=32, seq=1024, batch=32)
 print(ch01.check_calculator(rows, cfg.params, n=8, device_gib=80))
 
+# %% tags=["proof", "nbval-check-output"]
+print(ch01.check_traffic(sent, cfg, n=8))
+
+# %% [markdown] id="md-01-26" tags=["caption"]
+# *Figure: GiB per device for each strategy; compare each bar's height with the dashed line of one device's memory.*
+
 # %% [markdown] id="md-01-08"
 # Read the bars: plain data parallelism (`DP x8`) leaves every device with the same weights, gradients
 # and Adam states as one device alone — it buys speed, not room. ZeRO/FSDP removes that redundancy;
 # tensor and pipeline parallelism split the model itself (tensor parallelism keeps the whole batch on
-# every device, hence its larger activations).
+# every device, hence its larger activations). The `sent` column is the price of the room: here ZeRO-3 sends
+# 1.5× DDP's bytes and tensor parallelism more still, while a pipeline stage sends only activations and their gradients.
 #
 # The article's §2.1 motivates all this with models grown "from millions to hundreds of billions or
 # even trillions of parameters (GPT-3, PaLM, ...)". GPT-3 has 175 billion (*reported*: Brown et al.
@@ -237,6 +269,9 @@ print(f"GPT-3 model states: {gib:,.0f} GiB -> at least {math.ceil(gib / 80)} dev
 
 # %%
 calculator()
+
+# %% [markdown] id="md-01-27" tags=["caption"]
+# *Figure: move a control and watch which bars cross the dashed line of one device's memory.*
 
 # %% [markdown] id="md-01-10"
 # ### Exercise 1.1 — memory per device under DDP and ZeRO-1/2/3
@@ -337,6 +372,35 @@ ownership_picture("data parallel", mine, 32, "sample index",
                   "each rank processes 1/N of the samples (and holds all layers)")
 plt.show()
 
+# %% [markdown] id="md-01-28" tags=["caption"]
+# *Figure: each sample is coloured in the row of the one rank that processed it: r, r+N, r+2N, ...*
+
+# %% [markdown] id="md-01-34"
+# ### Exercise 1.2 — the mean and variance of uneven shards
+#
+# Real shards are often uneven. Write `global_stats(x_local)`: each rank passes its own samples,
+# shape `(n_r, 3)` with `n_r` possibly 0, and every rank gets back `(mean, var)` of all ranks' samples
+# (the variance divides by the total count), leaving `x_local` unchanged. The checker compares with
+# one process on all the data, on 2 and 3 ranks.
+
+# %%
+card("1.2")
+
+# %%
+def global_stats(x_local):
+    """Exercise 1.2: (mean, var) over every rank's samples; x_local is this rank's (n_r, 3) shard."""
+    raise NotImplementedError("Exercise 1.2: combine each rank's partial results with a collective")
+
+
+# %%
+hint("1.2")
+
+
+# %%
+from disttutor.checks.shard_stats import check_global_stats
+
+print(check_global_stats(global_stats))
+
 # %% [markdown] id="md-01-14"
 # ### 3.2 Tensor (intra-layer) parallelism: split every layer
 #
@@ -373,6 +437,9 @@ print(ch01.check_tensor_parallel(units, out, want_t, n_units=32))
 ownership_picture("tensor parallel", units, 32, "hidden unit",
                   "each rank holds 1/N of every layer (and sees all samples)")
 plt.show()
+
+# %% [markdown] id="md-01-29" tags=["caption"]
+# *Figure: each rank's row covers one contiguous block of the hidden units, and no unit sits on two ranks.*
 
 # %% [markdown] id="md-01-12"
 # The course's program `disttutor.programs.parallelism` runs all four splits of the table above
@@ -414,6 +481,9 @@ ownership_picture("layer model parallel", layers, 7, "module of the Sequential (
                   "each rank holds whole layers (and sees all samples)")
 plt.show()
 
+# %% [markdown] id="md-01-30" tags=["caption"]
+# *Figure: each rank's row covers a contiguous block of whole modules, and the blocks differ in size.*
+
 # %% [markdown] id="md-01-16"
 # The model is split, but only one rank works at a time: with `N` devices, `1/N` utilisation. The
 # split is also **unbalanced** (`params_held`): the middle layers are 32×32, the first 16×32 and the
@@ -443,6 +513,9 @@ ax.set(xlim=(0, n_ticks_p), ylim=(W - 0.5, -0.5), xlabel="tick (logical clock me
 ax.set_yticks(range(W), [f"stage {r}" for r in range(W)])
 fig.tight_layout()
 plt.show()
+
+# %% [markdown] id="md-01-31" tags=["caption"]
+# *Figure: stage r works on micro-batch m at tick r + m; the white cells are the bubble.*
 
 # %% [markdown] id="md-01-17"
 # The staircase is the article's §7.2 timeline, measured. More micro-batches shrink the bubble
@@ -493,6 +566,37 @@ print(ch01.check_opposites(table, W))
 # Data parallelism alone does not help with it; sharding (ZeRO/FSDP, [chapter 11](11_beyond_ddp.ipynb)) and model
 # splitting (chapters 6, 7 and 12) do.
 
+# %% [markdown] id="md-01-33"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("1.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("1.z2", mine=None)
+
+# %% [markdown] id="md-01-32"
+# ## Problems
+#
+# The fourth uses the gradients measured in section 1.
+
+# %% tags=["problem"]
+problem("1.p1", mine=None)
+
+# %% tags=["problem"]
+problem("1.p2", mine=None)
+
+# %% tags=["problem"]
+problem("1.p3", mine=None)
+
+# %% tags=["problem"]
+problem("1.p4", mine=None, grad_bytes=measured["adam"]["gradients"], ranks=W)
+
+# %% tags=["problem"]
+problem("1.p5", mine=None)
+
 # %% [markdown] id="md-01-19" tags=["takeaways"]
 # ## Key takeaways
 #
@@ -507,10 +611,10 @@ print(ch01.check_opposites(table, W))
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
 #
-# **Question 1.1 (predict, then run).** One AdamW step on chapter 1's MLP. How many bytes of **optimizer state** does AdamW keep per parameter (fp32)? Write a number into `my_prediction`, then run the next cell: it counts the bytes of every tensor in `optimizer.state`.
+# **Question 1.1 (predict, then run).** One step of **Adam with AMSGrad** (`torch.optim.Adam(..., amsgrad=True)`: it also keeps the largest second moment seen so far) on chapter 1's MLP. How many bytes of **optimizer state** does it keep per parameter (fp32)? Write a number into `my_prediction`, then run the next cell: it counts the bytes of every tensor in `optimizer.state`.
 
 # %% tags=["predict"]
-my_prediction = None  # a number: bytes of AdamW state per parameter
+my_prediction = None  # a number: bytes of Adam (amsgrad=True) state per parameter
 
 # %%
 import torch
@@ -518,16 +622,16 @@ import torch
 from disttutor.workloads.models import MLP, seeded
 
 q1_model = seeded(MLP, 0, 16, [32, 32, 32], 4)
-q1_opt = torch.optim.AdamW(q1_model.parameters())
+q1_opt = torch.optim.Adam(q1_model.parameters(), amsgrad=True)
 q1_model(torch.randn(8, 16)).sum().backward()
-q1_opt.step()  # AdamW creates its state at the first step
+q1_opt.step()  # the optimizer creates its state at the first step
 n_params = sum(p.numel() for p in q1_model.parameters())
-state = {k: sum(s[k].numel() * s[k].element_size() for s in q1_opt.state.values()) for k in ("exp_avg", "exp_avg_sq", "step")}
-measured = sum(state.values()) / n_params
-assert state["exp_avg"] == state["exp_avg_sq"] == 4 * n_params  # one fp32 moment of each kind per parameter
-reveal("1.q1", my_prediction, measured, rel_tol=0.05,  # 5 %: 8 bytes and the few step counters count as right
-       explain=f"Two fp32 moments, `exp_avg` and `exp_avg_sq`: {state['exp_avg'] + state['exp_avg_sq']} B for "
-       f"{n_params} parameters, plus one 4-byte `step` per tensor ({len(q1_opt.state)} tensors)")
+state_bytes = sum(t.numel() * t.element_size() for s in q1_opt.state.values() for t in s.values()
+                  if isinstance(t, torch.Tensor))
+measured = state_bytes / n_params
+reveal("1.q1", my_prediction, measured, rel_tol=0.05,  # 5 %: 12 bytes plus the few step counters; Adam's 8 fails
+       explain=f"Three fp32 tensors per parameter and one `step` per tensor: {state_bytes} B for {n_params} parameters, "
+       f"{sorted({k for s in q1_opt.state.values() for k in s})} in every tensor's state.")
 
 # %% [markdown] id="md-01-21" tags=["question"]
 # **Question 1.2.** A 7-billion-parameter model, AdamW in fp32, 8 GPUs of 80 GB. How much model-state memory does each GPU need under plain data parallelism, ZeRO-1, ZeRO-2 and ZeRO-3, and which fit?

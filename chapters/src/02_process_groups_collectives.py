@@ -33,6 +33,8 @@ import torch.distributed as dist
 from IPython.display import display
 
 import disttutor
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 
 WORK = tempfile.mkdtemp(prefix="ch02-")
 os.chdir(WORK)  # the script this chapter writes goes to a scratch folder
@@ -245,6 +247,9 @@ print(f"{N} ranks reported every collective; the tables below are checked agains
 # %%
 picture("broadcast")
 
+# %% [markdown] id="md-02-43" tags=["caption"]
+# *Figure: after the broadcast every rank's row is rank 0's blue 1, 2; the arrows are the copies leaving rank 0.*
+
 # %% tags=["nbval-check-output"]
 show("broadcast")
 
@@ -258,6 +263,9 @@ print(proof("broadcast"))
 # %%
 picture("reduce")
 
+# %% [markdown] id="md-02-44" tags=["caption"]
+# *Figure: only rank 0 ends with the sum 64, 68, a stripe of every rank's colour; the other ranks' buffers are left unspecified.*
+
 # %% tags=["nbval-check-output"]
 show("reduce")
 
@@ -269,6 +277,9 @@ print(proof("reduce"))
 
 # %%
 picture("all_reduce")
+
+# %% [markdown] id="md-02-45" tags=["caption"]
+# *Figure: every rank ends with the same striped sum, 64 and 68: each rank's colour is one stripe.*
 
 # %% tags=["nbval-check-output"]
 show("all_reduce")
@@ -282,6 +293,9 @@ print(proof("all_reduce"))
 
 # %%
 picture("all_gather")
+
+# %% [markdown] id="md-02-46" tags=["caption"]
+# *Figure: every rank ends with all four ranks' 2-element chunks side by side, in rank order.*
 
 # %% tags=["nbval-check-output"]
 show("all_gather")
@@ -297,6 +311,9 @@ print(proof("all_gather"))
 # %%
 picture("reduce_scatter")
 
+# %% [markdown] id="md-02-47" tags=["caption"]
+# *Figure: each rank starts with 4 chunks of 2 and ends with one summed chunk: rank i holds chunk i of the sum.*
+
 # %% tags=["nbval-check-output"]
 show("reduce_scatter")
 
@@ -310,6 +327,9 @@ print(proof("reduce_scatter"))
 # %%
 picture("gather")
 picture("scatter")
+
+# %% [markdown] id="md-02-48" tags=["caption"]
+# *Figure: gather: only rank 0 receives, every rank's chunk in rank order; scatter: chunk i of rank 0's tensor lands on rank i.*
 
 # %% tags=["nbval-check-output"]
 show("gather")
@@ -325,6 +345,9 @@ print(proof("gather"), "|", proof("scatter"))
 
 # %%
 picture("all_to_all")
+
+# %% [markdown] id="md-02-49" tags=["caption"]
+# *Figure: rank i ends with chunk i of every rank, so the colours run in columns: the ranks-by-chunks grid transposed.*
 
 # %% tags=["nbval-check-output"]
 show("all_to_all")
@@ -461,6 +484,9 @@ plt.show()
 final = ring_schedule(4)[-1]["count"]
 assert all(c == 4 for row in final for c in row)  # after 2(n-1) = 6 steps every chunk holds all 4 ranks' data
 
+# %% [markdown] id="md-02-50" tags=["caption"]
+# *Figure: the ring on 4 ranks, step by step: a cell counts the ranks summed into that chunk; after 6 steps every cell reads 4.*
+
 # %% [markdown] id="md-02-26"
 # Reduce-scatter, step `k` (from 0): rank `r` sends chunk `(r − k) mod n` to rank `r+1`, receives
 # chunk `(r − k − 1) mod n` from rank `r−1` and **adds** it in. After `n−1` steps rank `r` holds the
@@ -561,6 +587,9 @@ from disttutor.viz.alphabeta import SENT, cost_widget
 
 cost_widget()  # starts at a 1 GbE-like link: α = 20 µs, B = 0.125 GB/s
 
+# %% [markdown] id="md-02-51" tags=["caption"]
+# *Figure: predicted time per all-reduce against message size for naive, tree and ring; the title says where the ring overtakes the tree.*
+
 # %% [markdown] id="md-02-41"
 # Move the sliders: the title gives $N^*$, and `sent_xN` is what the busiest rank sends, in tensors. On
 # 2 ranks every algorithm sends one tensor, yet the ring's bandwidth term is half: its two halves
@@ -575,15 +604,19 @@ print(check_cost_model(SENT))
 # `busbw = N/t · 2(n−1)/n` is the rate each rank's link carries in a ring all-reduce.
 
 # %%
-from disttutor.viz.allreduce import plot_sweep, sweep
+from disttutor.viz.allreduce import fits, plot_sweep, sweep
 
 SIZES = (64 << 10, 1 << 20, 16 << 20)
 data = sweep(("builtin", "naive", "ring"), nprocs=(2,), sizes=SIZES, iters=5, stream=False)
 plot_sweep(data, title=f"2 ranks on {disttutor.cores()} usable CPU cores (measured now)")
 plt.show()
+ring_fit = fits(data)[("ring", 2)]  # the course's ring, t = α + N/B: problem 2.p5 starts from it
 for r in data:
     if r["algo"] == "builtin":
         print(f"dist.all_reduce, {r['bytes'] >> 10:>6} KB: {1e3 * r['time_s']:7.2f} ms, busbw {r['busbw'] / 1e9:.2f} GB/s")
+
+# %% [markdown] id="md-02-52" tags=["caption"]
+# *Figure: left, measured time per all-reduce (dots) and the fitted α + N/B lines; right, bus bandwidth against message size, both on 2 ranks.*
 
 # %% tags=["proof"]
 load = os.getloadavg()[0]
@@ -598,6 +631,9 @@ print(f"load {load:.1f}: " + check_sweep(data, ("builtin", "naive", "ring"), (2,
 from disttutor.viz.allreduce import widget
 
 widget()
+
+# %% [markdown] id="md-02-53" tags=["caption"]
+# *Figure: a control panel: pick algorithms, ranks and sizes, press measure, and it draws the two plots above for your choice.*
 
 # %% [markdown] id="md-02-33"
 # ### Ring vs naive on a network: an emulated link
@@ -637,12 +673,56 @@ for r in ring_runs:
           f"{r['naive_s'] / r['ring_s']:.1f}x (model {r['naive_model_s'] / r['ring_model_s']:.1f}x)")
     print(f"   late messages: naive {r['naive_late']}, ring {r['ring_late']}")
 
+# %% [markdown] id="md-02-54" tags=["caption"]
+# *Figure: measured naive and ring all-reduces of 4 MiB on 4 and 8 ranks, emulated 1 GbE link; black ticks mark the model's times.*
+
 # %% tags=["proof"]
 print(check_emulated_link(ring_runs, quiet=disttutor.quiet()))  # timing: asserted on a quiet machine only
 
 # %% tags=["proof", "nbval-check-output"]
 assert all(r["naive_ok"] and r["ring_ok"] for r in ring_runs)
 print("naive and ring all-reduce on the emulated link, 4 and 8 ranks: sums equal dist.all_reduce's")
+
+# %% [markdown] id="md-02-56"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("2.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("2.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("2.z3", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("2.z4", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("2.z5", mine=None)
+
+# %% [markdown] id="md-02-55"
+# ## Problems
+#
+# Each uses the α–B model of section 5: write your number into `mine`, then run the cell. Problem 2.p5
+# starts from the α and B your sweep fitted for the ring.
+
+# %% tags=["problem"]
+problem("2.p1", mine=None)
+
+# %% tags=["problem"]
+problem("2.p2", mine=None)
+
+# %% tags=["problem"]
+problem("2.p3", mine=None)
+
+# %% tags=["problem"]
+problem("2.p4", mine=None)
+
+# %% tags=["problem"]
+problem("2.p5", mine=None, alpha=ring_fit.alpha, bandwidth=ring_fit.bandwidth)
 
 # %% [markdown] id="md-02-36" tags=["takeaways"]
 # ## Key takeaways

@@ -7,6 +7,8 @@
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
 from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 
 disttutor.course.chapters.header(3)
 
@@ -193,11 +195,37 @@ if rank == 1:
 # * **dp-chain**: a pipelined chain 0→1→…→N−1, the shape of the NCCL broadcast and reduce torch uses
 #   on GPUs (built here from gloo sends): S each way.
 # * **ddp-ring**: DDP's ring all-reduce of the gradients, no activations: 2(N−1)/N·S per rank.
+#
+# First the ddp-ring step drawn, for the run's own configuration and its largest N:
+
+# %% tags=["schematic"]
+import matplotlib.pyplot as plt
+
+from disttutor.programs.dp_traffic import TrafficConfig
+from disttutor.viz.dp_step_schematic import dp_step_schematic
+
+traffic = TrafficConfig(steps=3, sizes=(2, 3, 4))  # the run below launches exactly this
+dp_step_schematic(traffic, n=max(traffic.sizes))
+plt.show()
+
+# %% [markdown] id="md-03-21" tags=["caption"]
+# *Figure: each rank computes its own shard's mean gradient; one all-reduce leaves every rank the same average, so every rank makes the same update.*
+
+# %% [markdown] id="md-03-22" tags=["derivation"]
+# **Derivation: why the average of shard means is the full-batch gradient.** $n$ ranks, rank $r$ has
+# $b_r$ samples, $b = \sum_r b_r$ in all; $g_i$ is sample $i$'s gradient.
+#
+# * Rank $r$ computes $\bar g_r = \frac{1}{b_r}\sum_{i \in r} g_i$; the all-reduce and $\div n$ give $\frac{1}{n}\sum_r \bar g_r$.
+# * Equal shards, $b_r = b/n$: $\frac{1}{n}\sum_r \frac{n}{b}\sum_{i \in r} g_i = \frac{1}{b}\sum_i g_i$, the full batch's mean.
+# * Unequal shards: sample $i$ on rank $r$ weighs $\frac{1}{n\,b_r}$, not $\frac{1}{b}$; a small shard's samples count more.
+# * The fix: weight each mean by its share, $\sum_r \frac{b_r}{b}\bar g_r$ (all-reduce $b_r\bar g_r$, then divide by $b$).
+#
+# DataParallel sums instead: its loss is already the full batch's mean. The run below checks both.
 
 # %% tags=["nbval-check-output"]
 import disttutor
 
-job = disttutor.launch("dp_traffic", nproc=4, args={"steps": 3, "sizes": [2, 3, 4]}, timeout=150, stream=False)
+job = disttutor.launch("dp_traffic", nproc=max(traffic.sizes), args=traffic, timeout=150, stream=False)
 print(job.command)
 runs = {n: [job.results[k]["runs"][str(n)] for k in range(n)] for n in (2, 3, 4)}  # runs[n][rank][pattern]
 S = 4 * job.results[0]["n_params"]
@@ -219,6 +247,9 @@ print(check_dp_traffic(through, others, runs, S, dp.textbook_ring_bytes))
 # %%
 fig = plot_traffic(rows, param_bytes=S)
 
+# %% [markdown] id="md-03-23" tags=["caption"]
+# *Figure: left, kB through rank 0 per step against N, the measured markers on the formula's dashed lines; right, every rank's kB at the largest N, per pattern.*
+
 # %% [markdown] id="md-03-11"
 # Above, copies make device 0 carry N−1 times any other device, more than 2S more per added device; the
 # ring is even, each rank sending under 2S. With the chain, device 0 sends the model once and comes close to
@@ -228,7 +259,8 @@ fig = plot_traffic(rows, param_bytes=S)
 # %% tags=["proof", "nbval-check-output"]
 from disttutor.checks.claims.ch03 import check_same_training
 
-ref_losses, ref_params = dp.full_batch_reference(steps=3, batch=96, d_in=10, hidden=100, classes=10, lr=0.1)
+ref_losses, ref_params = dp.full_batch_reference(steps=traffic.steps, batch=traffic.batch, d_in=traffic.d_in,
+                                                 hidden=traffic.hidden, classes=traffic.classes, lr=traffic.lr)
 table = []
 for n, res in runs.items():
     for p in dp.PATTERNS:
@@ -270,6 +302,67 @@ hint("3.1")
 from disttutor.checks.traffic import check_predict_sent
 
 print(check_predict_sent(predict_sent))
+
+# %% [markdown] id="md-03-26"
+# ### Exercise 3.2 — a parameter-server step on real ranks
+#
+# Write DataParallel's pattern with collectives: `ps_step(model, optimizer)` runs on every rank after
+# its backward on its equal shard (the loss is that shard's mean). Gradients go to rank 0, which
+# averages them and steps; then its parameters go to every rank. The checker compares every rank with
+# one process, for 3 steps on 2 and 3 ranks.
+
+# %%
+card("3.2")
+
+# %%
+def ps_step(model, optimizer):
+    """Exercise 3.2: gradients to rank 0, its optimizer step there, the new parameters back to every rank."""
+    raise NotImplementedError("Exercise 3.2: send the gradients to rank 0 and the parameters back")
+
+
+# %%
+hint("3.2")
+
+
+# %%
+from disttutor.checks.param_server import check_ps_step
+
+print(check_ps_step(ps_step))
+
+# %% [markdown] id="md-03-25"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("3.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("3.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("3.z3", mine=None)
+
+# %% [markdown] id="md-03-24"
+# ## Problems
+#
+# The fourth uses your run's shard losses.
+
+# %% tags=["problem"]
+problem("3.p1", mine=None)
+
+# %% tags=["problem"]
+problem("3.p2", mine=None)
+
+# %% tags=["problem"]
+problem("3.p3", mine=None)
+
+# %% tags=["problem"]
+problem("3.p4", mine=None, shard_losses=[r["ddp-ring"]["losses"][0] for r in runs[max(runs)]],
+        one_process=ref_losses[0])
+
+# %% tags=["problem"]
+problem("3.p5", mine=None)
 
 # %% [markdown] id="md-03-17" tags=["takeaways"]
 # ## Key takeaways

@@ -39,6 +39,8 @@ import torch
 
 import disttutor
 from disttutor.checks.ddp import check_bucketed_ddp, check_naive_ddp  # the exercises' checkers
+from disttutor.course.problems import problem  # worked problems, one a cell
+from disttutor.course.puzzles import puzzle  # puzzles, one a cell
 from disttutor.course.source import show_code
 
 WORK = tempfile.mkdtemp(prefix="ch04-")
@@ -289,6 +291,9 @@ from disttutor.viz.ddp import plot_trace
 
 plot_trace({"torch DDP": trace_torch})
 plt.show()
+
+# %% [markdown] id="md-04-33" tags=["caption"]
+# *Figure: events in order, not in time: bucket 0's all-reduce (orange) starts while the first layer's gradients (blue, `0.`) are still to come.*
 
 # %% [markdown] id="md-04-11"
 # ### Explore it live: buckets and gradients per rank
@@ -548,6 +553,9 @@ print(check_equals_single_process("from-scratch bucketed DDP", ref_scratch, RTOL
 plot_trace({"torch DDP": trace_torch, "from scratch": ref_scratch[0]["trace"]})
 plt.show()
 
+# %% [markdown] id="md-04-34" tags=["caption"]
+# *Figure: torch's DDP and the from-scratch wrapper, event by event: each launches a bucket right after that bucket's last gradient is ready.*
+
 # %% [markdown] id="md-04-22"
 # ## 7. What overlap saves, on a slow network
 #
@@ -564,6 +572,15 @@ plt.show()
 # latency and bandwidth), without using the CPU. A communication hook sends each bucket as soon as it is ready (overlap) or holds all
 # until the last is ready (no overlap); `no_sync` times compute alone. Interleaved rounds, medians:
 
+# %% [markdown] id="md-04-32" tags=["derivation"]
+# **Derivation, bucket by bucket.** The backward hands over buckets $b = 1 \dots k$ of $S_b$ bytes, bucket $b$ at time $r_b$.
+#
+# * One bucket's ring all-reduce on $n$ ranks: $t_b = 2(n-1)\,\alpha + \frac{2(n-1)}{n}\cdot\frac{S_b}{B}$.
+# * The link carries one at a time: bucket $b$ ends at $e_b = \max(r_b, e_{b-1}) + t_b$.
+# * It hides if $e_b \le T_\text{bwd}$, the backward's end: the backward still to come, $T_\text{bwd} - r_b$, covers its queue and $t_b$.
+# * The last bucket (the first layers) is ready at $T_\text{bwd}$: exposed $= e_k - T_\text{bwd} \ge t_k$.
+# * If every earlier bucket hides, a step takes $C + t_k$ rather than $C + M$, with $M = \sum_b t_b$.
+
 # %%
 emu = disttutor.launch("emulated_link", nproc=2, stream=False, timeout=300,
                        args={"link": "1GbE", "parts": ("overlap",)})
@@ -578,18 +595,34 @@ from disttutor.checks.claims.ch04 import overlap_verdict
 
 print(overlap_verdict(o, quiet=disttutor.quiet(ranks=2)))
 
-# %%
+# %% tags=["schematic"]
 from disttutor.links.presets import preset
-from disttutor.viz.links import plot_overlap
+from disttutor.viz.bucket_overlap import plot_bucket_overlap
 
-plot_overlap(o, preset(emu.results[0]["link"]).caption())
+link, compute = preset(emu.results[0]["link"]), o["compute_s"]  # the run's link; its step with nothing sent
+# A backward does about twice a forward's matmul FLOPs: a third of the compute forward, two thirds backward.
+plot_bucket_overlap(o["bucket_bytes"], emu.results[0]["world"], link, forward_s=compute / 3, backward_s=2 * compute / 3)
 plt.show()
+
+# %% [markdown] id="md-04-35" tags=["caption"]
+# *Figure: the derivation drawn with this run's buckets, link and compute time: green bars hide under the backward, red ones run after it.*
+
+# %%
+from disttutor.viz.links import plot_overlap, plot_overlap_timeline
+
+fig, (ax_time, ax_bars) = plt.subplots(2, 1, figsize=(7.5, 5.8), layout="constrained")
+plot_overlap_timeline(o, link.caption(), ax=ax_time)
+plot_overlap(o, link.caption(), ax=ax_bars)
+plt.show()
+
+# %% [markdown] id="md-04-36" tags=["caption"]
+# *Figure: the same step measured on the emulated link: top, where the buckets really went; below, the step times against max and sum.*
 
 # %% [markdown] id="md-04-23"
 # The line above gives the measured ratio and its direction. The emulated time is a floor: when the
 # real loopback all-reduce outlasts the link (a busy machine), the real time shows. A GPU computes a
 # backward far faster than this CPU while the network does not speed up with it, so `M` grows next to
-# `C`: that is what buckets and overlap are for. Chapter 8 opens up this run (a timeline per bucket).
+# `C`: that is what buckets and overlap are for. Chapter 8 takes this run further: bucket sizes and compression.
 
 # %% [markdown] id="md-04-25"
 # ## 8. DDP's pros and cons (article §5.4), revisited
@@ -606,6 +639,41 @@ plt.show()
 # To take with you: `python3 course.py plain ddp --out DIR` copies `ddp.py`, a script like section 1's with
 # gradient accumulation under `no_sync()` (one all-reduce per optimiser step), to run with
 # `torchrun --nproc-per-node 2 ddp.py` on your machine or cluster.
+
+# %% [markdown] id="md-04-38"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("4.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("4.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("4.z3", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("4.z4", mine=None)
+
+# %% [markdown] id="md-04-37"
+# ## Problems
+#
+# Work each one on paper, write your number into `mine`, then run the cell. The last one uses section 7's run.
+
+# %% tags=["problem"]
+problem("4.p1", mine=None)
+
+# %% tags=["problem"]
+problem("4.p2", mine=None)
+
+# %% tags=["problem"]
+problem("4.p3", mine=None)
+
+# %% tags=["problem"]
+problem("4.p4", mine=None, last_bytes=o["bucket_bytes"][-1], world=emu.results[0]["world"], alpha=link.alpha.value,
+        bandwidth=link.beta.value, compute_s=o["compute_s"], overlap_s=o["overlap_s"])
 
 # %% [markdown] id="md-04-26" tags=["takeaways"]
 # ## Key takeaways

@@ -43,6 +43,8 @@ from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 import disttutor
 from disttutor.launcher.launch import free_port
 from disttutor.launcher.results import format_table
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 from disttutor.multinode import cluster, slurm_local
 from disttutor.viz.cluster import draw_layout
 
@@ -64,6 +66,24 @@ print("torch", torch.__version__, "| usable CPU cores:", disttutor.cores(), "| G
 # | `GROUP_RANK` | index of the node (its agent) in the job | 0..1 |
 # | `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_WORLD_SIZE` | processes in the job, on this node; nodes | 4, 2, 2 |
 # | `MASTER_ADDR`, `MASTER_PORT` | the key-value store the workers meet at | one per job |
+
+# %% tags=["schematic"]
+from disttutor.viz.launch_topology import draw_launch_topology
+
+NNODES, NPROC = 2, 2  # this section's runs: 2 nodes (torchrun agents) x 2 processes each
+draw_launch_topology(NNODES, NPROC)
+plt.show()
+
+# %% [markdown] id="md-05-38" tags=["caption"]
+# *Figure: the agents meet at the rendezvous, each starts its processes, RANK counts node by node, and the ring's red hops cross between nodes.*
+
+# %% [markdown] id="md-05-39" tags=["derivation"]
+# **Derivation.** Node $g$ runs $p$ processes; its process $l$ is `LOCAL_RANK` $l$. A ring all-reduce sums $S$ bytes on each of $n$ ranks:
+#
+# * Nodes $0, \dots, g-1$ hold $g\,p$ ranks, so $\text{RANK} = g\,p + l$ and $n = \text{WORLD\_SIZE} = \text{nnodes} \cdot p$.
+# * In `RANK` order the ring crosses between nodes once per node: the red hops.
+# * Each of its $2(n-1)$ steps sends $S/n$ on every hop at once, and ends when its slowest hop ends.
+# * So $T \approx 2(n-1)\,\alpha_\text{slowest} + \frac{2(n-1)}{n} \cdot \frac{S}{B_\text{slowest}}$: the link between nodes sets the time.
 
 # %% [markdown] id="md-05-14"
 # A script that reads them: each rank joins the job, then all-reduces a one-hot vector of its node, so every
@@ -88,7 +108,7 @@ print(f"RANK {rank}: GROUP_RANK {node}, LOCAL_RANK {os.environ['LOCAL_RANK']}; "
 dist.destroy_process_group()
 
 # %% tags=["nbval-check-output"]
-plain = disttutor.launch("two_nodes.py", nproc=2, nnodes=2, stream=False, timeout=150)
+plain = disttutor.launch("two_nodes.py", nproc=NPROC, nnodes=NNODES, stream=False, timeout=150)
 print(plain.command)
 print("\n".join(ln for log in plain.logs for ln in log if ln.startswith("RANK ")))
 
@@ -97,7 +117,7 @@ print("\n".join(ln for log in plain.logs for ln in log if ln.startswith("RANK ")
 # identity variables. One row per rank:
 
 # %%
-res = disttutor.launch("whoami", nproc=2, nnodes=2, stream=False, timeout=150)
+res = disttutor.launch("whoami", nproc=NPROC, nnodes=NNODES, stream=False, timeout=150)
 envs = [r["env"] for r in res.results]
 
 # %% tags=["nbval-check-output"]
@@ -124,6 +144,9 @@ print(check_rank_layout(envs, res.results, res.world_size))  # and one store for
 # %%
 draw_layout(envs)
 plt.show()
+
+# %% [markdown] id="md-05-40" tags=["caption"]
+# *Figure: the schematic's layout again, now drawn from what each rank reported: its node's GROUP_RANK box, its RANK and LOCAL_RANK.*
 
 # %% [markdown] id="md-05-06"
 # ### Who decides which node is node 0?
@@ -386,6 +409,32 @@ from disttutor.checks.cluster import check_node_command
 
 print(check_node_command(node_command))
 
+# %% [markdown] id="md-05-16"
+# ### Exercise 5.2 — a set-up that works on every node
+#
+# Write what each process of a multi-node job runs first: `join_job(gpus_per_node)` joins the process group
+# from torchrun's environment, naming no address, leaves it joined for the training that follows, and returns
+# a dict of ints: `rank`, `local_rank`, `world_size`, `node` (this node's number in the job) and `gpu` (this
+# process's GPU on its node; these nodes have none, so set the device only where it exists). The checker runs
+# it as 2 nodes × 2 processes and compares each dict with what torchrun told each process.
+
+# %%
+card("5.2")
+
+# %%
+def join_job(gpus_per_node):
+    """Exercise 5.2: join the job from torchrun's environment; return who this process is."""
+    raise NotImplementedError("Exercise 5.2: join from the environment and return rank, local_rank, ...")
+
+
+# %%
+hint("5.2")
+
+# %%
+from disttutor.checks.joining import check_multinode
+
+print(check_multinode(join_job))
+
 # %% [markdown] id="md-05-22"
 # ### Slurm
 # One `srun` task per node; each task is a torchrun agent. The first node of the allocation, where the batch
@@ -582,6 +631,41 @@ print("window:", keep["keep_alive_interval"].default * keep["keep_alive_max_atte
 print(*source_lines(dr._BackendRendezvousStateHolder._sanitize, "expire_time = datetime.now",
                     "if last_heartbeat < expire_time"), sep="\n")
 
+# %% [markdown] id="md-05-42"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("5.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("5.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("5.z3", mine=None)
+
+# %% [markdown] id="md-05-41"
+# ## Problems
+#
+# Each uses the derivation of section 1: write your number into `mine`, then run the cell. Problem 5.p5
+# starts from your run's layout.
+
+# %% tags=["problem"]
+problem("5.p1", mine=None)
+
+# %% tags=["problem"]
+problem("5.p2", mine=None)
+
+# %% tags=["problem"]
+problem("5.p3", mine=None)
+
+# %% tags=["problem"]
+problem("5.p4", mine=None)
+
+# %% tags=["problem"]
+problem("5.p5", mine=None, nnodes=int(envs[0]["GROUP_WORLD_SIZE"]), nproc_per_node=int(envs[0]["LOCAL_WORLD_SIZE"]))
+
 # %% [markdown] id="md-05-31" tags=["takeaways"]
 # ## Key takeaways
 #
@@ -598,17 +682,19 @@ print(*source_lines(dr._BackendRendezvousStateHolder._sanitize, "expire_time = d
 #
 # Three questions: write your answer before you open the one under it.
 #
-# **Question 5.1 (predict, then look).** Two nodes of 2 processes each, joined by a c10d rendezvous. What is
-# the global `RANK` of the process with `GROUP_RANK` 1 and `LOCAL_RANK` 1? Write a number into
-# `my_prediction`, then run the next cell: it reads section 1's run.
+# **Question 5.1 (predict, then run).** **Three** nodes of 2 processes each, joined by a c10d rendezvous. What
+# is the global `RANK` of the process with `GROUP_RANK` 2 and `LOCAL_RANK` 1? Write a number into
+# `my_prediction`, then run the next cell: it starts that job on this machine.
 
 # %% tags=["predict"]
-my_prediction = None  # a number: RANK of GROUP_RANK 1, LOCAL_RANK 1 (2 nodes x 2 processes)
+my_prediction = None  # a number: RANK of GROUP_RANK 2, LOCAL_RANK 1 (3 nodes x 2 processes)
 
 # %%
-layout = [tuple(x) for x in res.results[0]["layout"]]  # section 1's (GROUP_RANK, LOCAL_RANK), in RANK order
-reveal("5.q1", my_prediction, layout.index((1, 1)), rel_tol=0,  # a rank: exact
-       explain="RANK = GROUP_RANK x 2 + LOCAL_RANK.")
+q1 = disttutor.launch("whoami", nproc=2, nnodes=3, stream=False, timeout=150)
+print(q1.command)
+layout = [tuple(x) for x in q1.results[0]["layout"]]  # every rank's (GROUP_RANK, LOCAL_RANK), in RANK order
+reveal("5.q1", my_prediction, layout.index((2, 1)), rel_tol=0,  # a rank: exact
+       explain=f"RANK = GROUP_RANK x 2 + LOCAL_RANK; in RANK order the (GROUP_RANK, LOCAL_RANK) pairs are {layout}.")
 
 # %% [markdown] id="md-05-33" tags=["question"]
 # **Question 5.2.** Two nodes run the same torchrun command with `--rdzv-backend=c10d
@@ -619,8 +705,8 @@ reveal("5.q1", my_prediction, layout.index((1, 1)), rel_tol=0,  # a rank: exact
 answer("5.q2")
 
 # %% [markdown] id="md-05-34" tags=["question"]
-# **Question 5.3.** On each of 2 machines with 4 GPUs, the article runs `python -m torch.distributed.launch
-# --nproc_per_node=4 --nnodes=2 --node_rank=…` on `train_script.py`. Read that script as its §5.2 one, whose
+# **Question 5.3.** The article's launch, on **3 machines with 2 GPUs** each: `python -m torch.distributed.launch
+# --nproc_per_node=2 --nnodes=3 --node_rank=…` on `train_script.py`. Read that script as its §5.2 one, whose
 # `main()` calls `mp.spawn(train, args=(world_size,), nprocs=world_size, join=True)` with `world_size =
 # torch.cuda.device_count()`. How many training processes run on each machine, and why do their ranks clash?
 

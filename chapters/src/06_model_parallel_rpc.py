@@ -15,6 +15,8 @@
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
+from disttutor.course.problems import problem  # worked problems
+from disttutor.course.puzzles import puzzle  # puzzles, one a cell
 from disttutor.course.shape import answer, card, hint, reveal  # exercise cards, hints, answers, predictions
 
 disttutor.course.chapters.header(6)
@@ -133,6 +135,16 @@ print(f"my layer's weight got a gradient: {stage.weight.grad is not None}")
 # full-batch steps, and records when each rank computes and when it waits (its `train_step` is the
 # pattern above: `disttutor/programs/model_parallel.py`).
 
+# %% [markdown] id="md-06-26" tags=["derivation"]
+# **Derivation** ($p$ equal stages; one stage's forward of the whole batch takes $t_f$, its backward $t_b$; sends take no time):
+#
+# * plain model parallelism: a step lasts $p\,(t_f+t_b)$, of which each stage computes $t_f+t_b$: a busy share $u = 1/p$;
+# * $m$ micro-batches (GPipe): a piece takes $(t_f+t_b)/m$; filling and draining the pipeline idles each stage
+#   for $p-1$ pieces, so a step lasts $(m+p-1)(t_f+t_b)/m$ and $u = m/(m+p-1)$;
+# * bytes: each of the $p-1$ boundaries carries the activation ($b \times w$ float32 numbers) forward and its
+#   gradient back, $S = 2(p-1) \cdot 4bw$ bytes a step for any $m$, in $2(p-1)m$ messages that keep the links
+#   busy $2(p-1)m\,\alpha + S/B$ seconds.
+
 # %%
 import disttutor
 from disttutor.programs import model_parallel as mp_prog
@@ -157,13 +169,30 @@ for r, res in enumerate(mp_run.results):
     rows.append({"rank": r, "matches reference": same})
 print(check_split_model(rows, mp_run.results[-1]["losses"], ref_losses))  # only the last rank sees the loss
 
-# %%
+# %% tags=["schematic"]
 import matplotlib.pyplot as plt
 
+from disttutor.viz.microbatch_schematic import plot_microbatch_schematic, stage_times
+
+t_f, t_b = stage_times(mp_run.results)  # the run's mean forward and backward of one stage, per step
+plot_microbatch_schematic(stages=len(mp_run.results), micro_batches=4,  # what if the batch were cut in 4?
+                          batch=MP.batch, width=MP.width, fwd_s=t_f, bwd_s=t_b)
+plt.show()
+
+# %% [markdown] id="md-06-27" tags=["caption"]
+# *Figure: the derivation drawn with the run's stages, batch and mean stage times: plain, one stage computes at a time; with four micro-batches the stages overlap and the step shortens.*
+
+# %%
 from disttutor.viz.model_parallel import plot_timeline
 
 plot_timeline(mp_run.results)
 plt.show()
+busy = [r["compute_s"] / r["wall_s"] for r in mp_run.results]
+print("compute share of the step: " + ", ".join(f"rank {r} {u:.0%}" for r, u in enumerate(busy))
+      + f"; the rule's 1/p = {1 / len(busy):.0%}")
+
+# %% [markdown] id="md-06-28" tags=["caption"]
+# *Figure: the run measured on one time axis: blue forward, orange backward, green the optimizer step, grey waiting in recv or send; blue and orange blocks of different ranks never overlap.*
 
 # %% [markdown] id="md-06-07"
 # Forward blocks go down the ranks, backward blocks come back up: **one rank computes at a time**, the
@@ -358,6 +387,39 @@ print(check_no_remote_grads(fixed.results[0], shape=[8, 10, 10], empty_error=emp
 from disttutor.checks.claims.ch06 import check_rpc_warnings
 
 print(check_rpc_warnings(sorted({w for res in trained.results for w in res.get("warnings", [])})))
+
+# %% [markdown] id="md-06-30"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("6.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("6.z2", mine=None)
+
+# %% [markdown] id="md-06-29"
+# ## Problems
+#
+# Work each one on paper, write your number into `mine`, then run the cell. Problem 6.p5 starts from your run
+# of section 2.
+
+# %% tags=["problem"]
+problem("6.p1", mine=None)
+
+# %% tags=["problem"]
+problem("6.p2", mine=None)
+
+# %% tags=["problem"]
+problem("6.p3", mine=None)
+
+# %% tags=["problem"]
+problem("6.p4", mine=None)
+
+# %% tags=["problem"]
+problem("6.p5", mine=None, stages=len(mp_run.results), batch=MP.batch, width=MP.width,
+        step_s=max(r["wall_s"] / r["timed_steps"] for r in mp_run.results))
 
 # %% [markdown] id="md-06-22" tags=["takeaways"]
 # ## Key takeaways

@@ -31,6 +31,8 @@ import torch
 import disttutor
 from disttutor.checks.claims.ch07 import (check_balance, check_bubble_model, check_pipeline_run,
                                           check_schedule_drawings)
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 from disttutor.launcher.results import format_table
 from disttutor.pipeline.schedules import PipeSpec, bubble_stats, formula, rank_orders, simulate, slots_from_events
 from disttutor.viz.pipeline import bubble_widget, describe, measured_figure, theory_figure
@@ -98,6 +100,9 @@ info = describe(gpipe)
 assert abs(info["bubble_drawn"] - info["bubble_formula"]) < 1e-12  # exact rationals, float rounding only
 print(f"✓ bubble measured on the drawing {info['bubble_drawn']:.4f} = formula {info['formula']}")
 
+# %% [markdown] id="md-07-41" tags=["caption"]
+# *Figure: one row per rank; coloured boxes are forwards and backwards of numbered micro-batches, hatched grey is the bubble.*
+
 # %% [markdown] id="md-07-07"
 # More micro-batches shrink the bubble, at the price of smaller matrix multiplications:
 
@@ -120,6 +125,9 @@ print(format_table(rows))
 fig = theory_figure(PipeSpec("1f1b", p=4, m=8))
 plt.show()
 
+# %% [markdown] id="md-07-42" tags=["caption"]
+# *Figure: GPipe's bubble, but rank r holds at most p − r micro-batches' activations (right), not m.*
+
 # %% [markdown] id="md-07-09"
 # **Interleaved 1F1B** cuts the model into v·p smaller stages and gives rank r stages r, r + p, …:
 # a micro-batch loops through the ranks v times. Each stage has 1/v of a rank's layers, so its slots
@@ -133,6 +141,18 @@ plt.show()
 # %%
 fig = theory_figure(PipeSpec("interleaved", p=4, m=8, v=2))
 plt.show()
+
+# %% [markdown] id="md-07-43" tags=["caption"]
+# *Figure: two chunks a rank in two colours: half-length slots, a thinner fill and drain, a smaller bubble.*
+
+# %% [markdown] id="md-07-44" tags=["derivation"]
+# **Derivation: the bubble and the activations held, per schedule.** A rank's stages together hold $a$ per micro-batch; a chunk of $1/v$ of its layers holds $a/v$.
+#
+# * Idle over work per rank: $\frac{(p-1)(t_f+t_b)/v}{m\,(t_f+t_b)} = \frac{p-1}{v\,m}$; as a share of the step, $\frac{p-1}{v\,m+p-1}$.
+# * GPipe runs every forward before any backward: $m\,a$ on every rank.
+# * 1F1B: rank $r$ runs $p-r$ forwards, then one backward before each forward: at most $\min(m,\,p-r)\,a$.
+# * Interleaved: rank $r$ runs $(v-1)p + 2(p-1-r)$ chunk forwards, then one more before its first backward.
+# * So it peaks at $\frac{(v-1)p+2(p-1-r)+1}{v}\,a$: for $p=4$, $v=2$, rank 0 holds $\frac{4+6+1}{2}\,a = 5.5\,a$ (the table's 5.5), 1F1B $4a$.
 
 # %% tags=["nbval-check-output"]
 rows = []
@@ -158,6 +178,9 @@ print("✓", check_schedule_drawings(rows))
 
 # %%
 ui = bubble_widget(PipeSpec("1f1b", p=4, m=8))
+
+# %% [markdown] id="md-07-45" tags=["caption"]
+# *Figure: the widget: the bubble in the title, the peak activations on the right.*
 
 # %% [markdown] id="md-07-11"
 # ### Exercise 7.1 — the 1F1B order of one rank
@@ -304,6 +327,9 @@ b_1f1b = bubble_stats(measured, 2)["bubble"]
 print(f"1F1B, p = 2, m = 4: measured bubble {b_1f1b:.3f}, formula {formula(spec_1f1b):.3f}: "
       f"{'above' if b_1f1b > formula(spec_1f1b) else 'not above'} it (load average {os.getloadavg()[0]:.1f})")
 
+# %% [markdown] id="md-07-46" tags=["caption"]
+# *Figure: 1F1B drawn (left) and measured (right, ms): the same order, plus gaps the drawing lacks.*
+
 # %% [markdown] id="md-07-16"
 # **Interleaved 1F1B** on the same two ranks, v = 2 (rank 0 holds stages 0 and 2, rank 1 holds 1 and 3):
 
@@ -324,11 +350,135 @@ check_pipeline_run(run_il.results, TOL, measured_orders(run_il),
                    [[(a.kind, a.mb, a.stage) for a in acts] for acts in rank_orders(spec_il)], stages=[[0, 2], [1, 3]])
 print(f"✓ interleaved: stages [0, 2] and [1, 3], within {TOL} of one-process training, the simulator's order")
 
+# %% [markdown] id="md-07-47" tags=["caption"]
+# *Figure: interleaved 1F1B drawn and measured, one colour per chunk: each rank runs twice 1F1B's slots, each followed by a gap.*
+
 # %% [markdown] id="md-07-39"
 # Both measured bubbles sit far above their formulas because these slots are short: on the
 # millisecond axis, many gaps between slots last as long as a slot or longer. Every gap (a send, a
 # receive, the schedule's Python, a rank waiting for a core that other programs hold) is idle time the
 # formula does not count; on 2 ranks interleaving makes three times 1F1B's sends.
+
+# %% [markdown] id="md-07-51"
+# ### Activation memory in bytes, drawn then measured
+#
+# The same in bytes, for the run below: 4 ranks, a stage of `layers_per_stage` blocks `Linear(width, width)` + ReLU, fp32 micro-batches of `rows` rows.
+
+# %% tags=["schematic"]
+from disttutor.viz.activation_memory import derived_peaks, peaks_figure, schematic, stage_activation_bytes
+
+MEM = {"microbatches": 8, "rows": 16, "width": 256, "layers_per_stage": 2}  # the run's sizes (below)
+P_MEM = 4
+a_mem = stage_activation_bytes(MEM["rows"], MEM["width"], MEM["layers_per_stage"])  # one micro-batch, one stage
+target_mem = MEM["rows"] * MEM["width"] * 4  # the loss on the last stage also keeps the target
+fig = schematic(P_MEM, MEM["microbatches"], a_mem, target_mem)
+plt.show()
+
+# %% [markdown] id="md-07-52" tags=["caption"]
+# *Figure: bytes held over one idealised step: GPipe climbs to m micro-batches on every rank, 1F1B stops at p − r.*
+
+# %% [markdown] id="md-07-53" tags=["derivation"]
+# **Derivation: activation bytes per schedule.** A stage of $L$ blocks, micro-batches of $b$ rows of width $w$ in fp32:
+#
+# * autograd keeps each `Linear`'s input and the last ReLU's output (a ReLU's output is the next `Linear`'s input): $a = (L+1)\,b\,w \cdot 4$ bytes;
+# * GPipe peaks at $m\,a$ on every rank, 1F1B at $\min(m,\,p-r)\,a$ on rank $r$;
+# * the last rank's loss also keeps each held micro-batch's target, $b\,w \cdot 4$ bytes more.
+
+# %% [markdown] id="md-07-54"
+# The script counts what autograd saves: `saved_tensors_hooks` hands each saved tensor to `pack`; it stays counted until autograd drops it.
+
+# %%
+%%writefile act_memory.py
+import argparse
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+ap = argparse.ArgumentParser()
+for flag in ("--microbatches", "--rows", "--width", "--layers-per-stage"):
+    ap.add_argument(flag, type=int, required=True)
+args = ap.parse_args()
+dist.init_process_group("gloo")              # CPU ranks: the bytes counted are the same with NCCL
+rank, world = dist.get_rank(), dist.get_world_size()
+
+held = {"now": 0, "peak": 0}
+refs = {}                                    # (address, elements) -> saved tensors pointing at it
+weights = set()                              # addresses of this rank's weights
+
+
+class Saved:
+    """A tensor autograd keeps for backward: counted until autograd drops it."""
+
+    def __init__(self, t):
+        self.t, self.key = t, (t.data_ptr(), t.numel())
+        refs[self.key] = refs.get(self.key, 0) + 1
+        if refs[self.key] == 1:              # saved twice (a ReLU's output, the next Linear's input): once
+            held["now"] += t.numel() * t.element_size()
+            held["peak"] = max(held["peak"], held["now"])
+
+    def __del__(self):                       # the backward that needed it has run
+        refs[self.key] -= 1
+        if refs[self.key] == 0:
+            held["now"] -= self.t.numel() * self.t.element_size()
+
+
+def pack(t):                                 # autograd saves t for backward
+    return t if t.data_ptr() in weights else Saved(t)   # weights are not activations
+
+
+def unpack(s):                               # backward reads it back
+    return s if isinstance(s, torch.Tensor) else s.t
+
+
+g = torch.Generator().manual_seed(0)
+x = torch.randn(args.microbatches * args.rows, args.width, generator=g)
+y = torch.randn(args.microbatches * args.rows, args.width, generator=g)
+peaks = {}
+for name, Schedule in (("GPipe", ScheduleGPipe), ("1F1B", Schedule1F1B)):
+    torch.manual_seed(rank)
+    piece = nn.Sequential(*[layer for _ in range(args.layers_per_stage)
+                            for layer in (nn.Linear(args.width, args.width), nn.ReLU())])
+    weights |= {p.data_ptr() for p in piece.parameters()}
+    stage = PipelineStage(piece, rank, world, torch.device("cpu"))
+    schedule = Schedule(stage, n_microbatches=args.microbatches, loss_fn=nn.functional.mse_loss)
+    for step in range(2):                    # step 0 also infers the shapes between stages: count step 1
+        held["peak"] = held["now"] = 0
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack) if step else contextlib.nullcontext():
+            if rank == 0:
+                schedule.step(x)
+            elif rank == world - 1:
+                schedule.step(target=y)
+            else:
+                schedule.step()
+    peaks[name] = held["peak"]
+print(f"rank {rank}: peak activation bytes GPipe {peaks['GPipe']}, 1F1B {peaks['1F1B']}")
+dist.barrier()
+dist.destroy_process_group()
+
+# %%
+import re
+
+mem_run = disttutor.launch("act_memory.py", nproc=P_MEM, args=MEM, stream=False, timeout=300)
+print(mem_run.command)
+lines = [ln for log in mem_run.logs for ln in log if ln.startswith("rank ")]
+print("\n".join(lines))
+got = {int(m[1]): (int(m[2]), int(m[3])) for m in (re.match(r"rank (\d+): .* GPipe (\d+), 1F1B (\d+)", ln)
+                                                   for ln in lines)}
+measured_mem = {"gpipe": [got[r][0] for r in range(P_MEM)], "1f1b": [got[r][1] for r in range(P_MEM)]}
+derived_mem = {s: derived_peaks(s, P_MEM, MEM["microbatches"], a_mem, target_mem) for s in ("gpipe", "1f1b")}
+fig = peaks_figure(measured_mem, derived_mem)
+plt.show()
+
+# %% tags=["proof", "nbval-check-output"]
+from disttutor.checks.claims.ch07 import check_activation_bytes
+
+print(check_activation_bytes(measured_mem, derived_mem))
+
+# %% [markdown] id="md-07-55" tags=["caption"]
+# *Figure: measured peaks (bars) against the derived bytes (ticks): GPipe m micro-batches everywhere, 1F1B fewer on each later rank.*
 
 # %% [markdown] id="md-07-18"
 # ### Exercise 7.2 — the bubble of a measured run
@@ -359,6 +509,32 @@ result_7_2 = check_bubble_fraction(bubble_fraction)
 print(result_7_2)
 if result_7_2.passed:  # your function on this chapter's own 1F1B run
     print(f"yours on the 1F1B run: {bubble_fraction([r['events'] for r in run_1f1b.results]):.3f}")
+
+# %% [markdown] id="md-07-04"
+# ### Exercise 7.3 — a pipeline step from a sequential model
+#
+# Write `pipeline_step(model, x, y, n_microbatches, loss_fn)`: keep this rank's contiguous share of
+# the blocks of `model`, an `nn.Sequential` (uneven when they do not divide), wrap it in a
+# `PipelineStage`, run one `Schedule1F1B` step, return `(piece, losses)`; refuse a batch the
+# micro-batches do not divide. Checked against one process on 2 and 3 ranks.
+
+# %%
+card("7.3")
+
+# %%
+def pipeline_step(model, x, y, n_microbatches, loss_fn):
+    """Exercise 7.3: (piece, losses). Import what you use in here: only this function reaches the ranks."""
+    raise NotImplementedError("Exercise 7.3: keep this rank's blocks, wrap them in a PipelineStage, step Schedule1F1B")
+
+
+# %%
+hint("7.3")
+
+
+# %%
+from disttutor.checks.pipeline_stages import check_pipeline_step
+
+print(check_pipeline_step(pipeline_step))
 
 # %% [markdown] id="md-07-19"
 # ## 4. More micro-batches, measured
@@ -521,6 +697,9 @@ plt.show()
 fig = theory_figure(PipeSpec("zbv", p=4, m=8, v=2))
 plt.show()
 
+# %% [markdown] id="md-07-48" tags=["caption"]
+# *Figure: green weight-gradient (W) blocks fill slots where 1F1B would idle; right, the activations held.*
+
 # %% tags=["nbval-check-output"]
 rows = []
 for p_, m_ in [(2, 8), (4, 8)]:
@@ -604,6 +783,9 @@ for name in zb_runs:
                     "step ms": round(1e3 * max(r["runs"][zb_runs[name]]["step_s"] for r in run_zb.results), 1)})
 print(format_table(zb_rows))
 
+# %% [markdown] id="md-07-49" tags=["caption"]
+# *Figure: each schedule simulated (left) and measured (right, one ms axis): a shorter measured row is a faster step.*
+
 # %% tags=["proof", "nbval-check-output"]
 # Sends between ranks per step: each micro-batch's activation crosses every stage boundary whose two
 # stages sit on different ranks, and its gradient crosses back. Two adjacent stages on one rank hand
@@ -657,12 +839,52 @@ work_b = bl["CPU ms rank 0"] / bl["CPU ms rank 1"]
 check_balance([c for c, _ in bal], run_bal.results, TOL, work_u, work_b)  # 6+2 further from even than 4+4
 print(f"✓ both splits equal one process; rank 0's CPU work is {work_u:.1f}x rank 1's at 6+2, {work_b:.1f}x at 4+4")
 
+# %% [markdown] id="md-07-50" tags=["caption"]
+# *Figure: split 6 + 2 against 4 + 4: compare the hatched idle time and the idle shares (right).*
+
 # %% [markdown] id="md-07-33"
 # The idle columns are each rank's bubble read off the timeline: with 6 + 2, rank 1 waits for rank 0
 # on every micro-batch. Balancing is measuring: time each stage, then move layers from the slow
 # stage to the fast one. In real models the embedding and the output layer (with a large
 # vocabulary) are unlike the middle blocks, so frameworks cut by measured cost or parameter count,
 # not by layer count.
+
+# %% [markdown] id="md-07-57"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("7.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("7.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("7.z3", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("7.z4", mine=None)
+
+# %% [markdown] id="md-07-56"
+# ## Problems
+#
+# Write your number into `mine` and run the cell; the fourth uses the activation bytes your ranks measured in section 3.
+
+# %% tags=["problem"]
+problem("7.p1", mine=None)
+
+# %% tags=["problem"]
+problem("7.p2", mine=None)
+
+# %% tags=["problem"]
+problem("7.p3", mine=None)
+
+# %% tags=["problem"]
+problem("7.p4", mine=None, gpipe_bytes=measured_mem["gpipe"][0], m=MEM["microbatches"], p=P_MEM)
+
+# %% tags=["problem"]
+problem("7.p5", mine=None)
 
 # %% [markdown] id="md-07-34" tags=["takeaways"]
 # ## Key takeaways
@@ -678,21 +900,21 @@ print(f"✓ both splits equal one process; rank 0's CPU work is {work_u:.1f}x ra
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
 #
-# **Question 7.1 (predict, then run).** 1F1B on **4 stages** with **8 micro-batches**. How many forwards does rank 0 run before its first backward? Write a number into `my_prediction`, then run the next cell (torch's `Schedule1F1B` on 4 ranks).
+# **Question 7.1 (predict, then run).** 1F1B on **3 stages** with **6 micro-batches**. How many forwards does **rank 1** run before its first backward? Write a number into `my_prediction`, then run the next cell (torch's `Schedule1F1B` on 3 ranks).
 
 # %% tags=["predict"]
-my_prediction = None  # a number: forwards rank 0 runs before its first backward, 1F1B, p = 4, m = 8
+my_prediction = None  # a number: forwards rank 1 runs before its first backward, 1F1B, p = 3, m = 6
 
 # %%
 import disttutor
 from disttutor.pipeline.schedules import slots_from_events
 
-q1 = disttutor.launch("pipeline", nproc=4, stream=False, timeout=200,
-                      args={"schedule": "1f1b", "microbatches": 8, "steps": 1, "batch": 32})
-slots = sorted((s for s in slots_from_events([r["events"] for r in q1.results]) if s.rank == 0), key=lambda s: s.start)
+q1 = disttutor.launch("pipeline", nproc=3, stream=False, timeout=200,
+                      args={"schedule": "1f1b", "microbatches": 6, "steps": 1, "batch": 24})
+slots = sorted((s for s in slots_from_events([r["events"] for r in q1.results]) if s.rank == 1), key=lambda s: s.start)
 measured = next(i for i, s in enumerate(slots) if s.kind == "B")
 reveal("7.q1", my_prediction, measured, rel_tol=0,  # a count from torch's order: exact
-       explain=f"Rank r runs p − r warm-up forwards: 4 − 0 = {measured}, also the most activations it holds.")
+       explain=f"Rank r runs p − r warm-up forwards: 3 − 1 = {measured}, also the most activations it holds.")
 
 # %% [markdown] id="md-07-36" tags=["question"]
 # **Question 7.2.** A pipeline of p = 8 stages. How many micro-batches does GPipe need for a bubble below 10 %? And interleaved 1F1B with v = 2 stages per rank?

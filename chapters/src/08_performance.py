@@ -31,6 +31,8 @@ import disttutor
 from disttutor.data_parallel import amp_reported, bf16_cost, perf
 from disttutor.checks.claims import ch08
 from disttutor.checks.perf import check_compress_hook, check_no_sync
+from disttutor.course.problems import problem  # worked problems, one a cell
+from disttutor.course.puzzles import puzzle  # puzzles, one a cell
 from disttutor.viz import performance as viz
 
 print(f"torch {torch.__version__}, {disttutor.cores()} usable CPU cores, GPUs: {torch.cuda.device_count()}")
@@ -84,6 +86,9 @@ print(ch08.check_fp16_underflow(sub, g))
 viz.plot_ranges()
 plt.show()
 
+# %% [markdown] id="md-08-40" tags=["caption"]
+# *Figure: each format's range on a log2 axis (pale: subnormals): the dotted 1e-8 gradient lies below fp16's range and inside bf16's.*
+
 # %% [markdown] id="md-08-05"
 # **fp32 against autocast under DDP.** The course's `amp` program trains two DDP replicas of one
 # seeded model on 2 ranks, one in fp32 and one under `torch.autocast`, their steps alternating so that
@@ -111,6 +116,9 @@ plt.show()
 
 # %% tags=["proof"]
 print(ch08.check_amp_rounding(a))
+
+# %% [markdown] id="md-08-41" tags=["caption"]
+# *Figure: the loss per step in fp32 and under autocast, one curve drawn over the other.*
 
 # %% [markdown] id="md-08-06"
 # The curves lie on top of each other: bf16 keeps 8 significant bits (up to 2**-8 ≈ 0.4 % relative
@@ -259,6 +267,9 @@ grad_kib = sum(p.numel() * p.element_size() for p in perf.model().parameters()) 
 print(f"k=4, {grad_kib:.1f} KiB of gradients: {k4[False]['ms_per_step']:.1f} ms per step without no_sync, "
       f"{k4[True]['ms_per_step']:.1f} ms with it ({more_or_less(k4[True]['ms_per_step'], k4[False]['ms_per_step'])})")
 
+# %% [markdown] id="md-08-42" tags=["caption"]
+# *Figure: all-reduces per optimizer step against k, counted: k of them without `no_sync()`, one with it.*
+
 # %% [markdown] id="md-08-35"
 # At k = 4: groups of 4, 4, 4, 4 and 2, the leftover stepped.
 
@@ -323,6 +334,13 @@ print(check_no_sync(NoSyncDDP))
 # the bf16 hook unless the *torch build* has NCCL 2.10+ (CUDA or ROCm) or XCCL with an XPU
 # (`_check_comm_hook` in `torch/nn/parallel/distributed.py`), whatever the process group's backend.
 
+# %% [markdown] id="md-08-37" tags=["derivation"]
+# **Derivation: what compression saves.** A step all-reduces $S$ bytes of gradients in $k$ buckets on $n$ ranks.
+#
+# * The link's time: $M = k\cdot 2(n-1)\,\alpha + \frac{2(n-1)}{n}\cdot\frac{S}{B}$.
+# * fp16 or bf16 halves $S$ and keeps $k$: it saves $\frac{2(n-1)}{n}\cdot\frac{S}{2B}$ ($\frac{S}{2B}$ on 2 ranks), never the latency.
+# * A step pays compute $C$ plus the part of $M$ the backward did not hide, and the saving reaches the step only through that part: all of it when the link is the bottleneck, at least the last bucket's share otherwise.
+
 # %%
 hooks = disttutor.launch("comm_hooks", nproc=2, **LAUNCH)
 print(hooks.command)
@@ -346,6 +364,9 @@ fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3))
 viz.plot_bytes(list(hrows.values()), ax=ax1)
 viz.plot_losses({h: r["loss"] for h, r in hrows.items()}, ax=ax2, title="loss per step, by hook")
 plt.show()
+
+# %% [markdown] id="md-08-43" tags=["caption"]
+# *Figure: left, the bytes each hook handed to its collectives per step; right, the loss per step under each hook.*
 
 # %% [markdown] id="md-08-13"
 # ### Exercise 8.2 — a compression hook from scratch
@@ -386,6 +407,14 @@ print(check_compress_hook(fp16_compress_hook))
 # alone. **Hidden communication** = backward alone + all-reduces alone − backward under DDP: positive
 # when DDP overlapped, negative when running both at once cost more.
 
+# %% [markdown] id="md-08-38" tags=["derivation"]
+# **Derivation: the bucket size.** Cut $S$ bytes of gradients into $k = \lceil S/S_b \rceil$ buckets of $S_b$ bytes each.
+#
+# * Each costs $t_b = 2(n-1)\,\alpha + \frac{2(n-1)}{n}\cdot\frac{S_b}{B}$: latency once per bucket, bandwidth once per byte.
+# * Too small: the latency paid, $k\cdot 2(n-1)\,\alpha$, grows as $1/S_b$.
+# * Too large: buckets start later, and the last one, ready only when the backward ends, is exposed for its whole $t_b$.
+# * The two terms of $t_b$ are equal at $S_b = n\alpha B$: well above it a bucket's time is its bytes.
+
 # %%
 tune = disttutor.launch("ddp_tuning", nproc=2, **LAUNCH)
 print(tune.command)
@@ -399,6 +428,9 @@ plt.show()
 
 # %% tags=["proof", "nbval-check-output"]
 print(ch08.check_bucket_sweep(tune.results))
+
+# %% [markdown] id="md-08-44" tags=["caption"]
+# *Figure: left, each cap's backward under DDP against backward alone plus all-reduces alone; right, their difference, the time DDP hid (negative: overlap cost time).*
 
 # %%
 best = max(t["rows"], key=lambda r: r["hidden_ms"])
@@ -414,8 +446,9 @@ print(f"one all-reduce of all {t['grad_mb']:.1f} MiB: {one['comm_ms']:.1f} ms; n
 # ### On a slow network: the emulated link
 #
 # An **emulated link** (`disttutor/links/`) stands in for a network: every collective still runs on
-# gloo, so results are unchanged, but its future completes no earlier than `α + bytes/β` after it
-# started, for a **latency α** and a **bandwidth β**; transfers queue behind each other. A transfer
+# gloo, so results are unchanged, but an all-reduce of $S$ bytes completes no earlier than
+# $2(n-1)\,\alpha + \frac{2(n-1)}{n}\cdot\frac{S}{B}$ after it started, for a **latency α** per ring step and a
+# **bandwidth B**; transfers queue behind each other. A transfer
 # whose real loopback all-reduce takes longer shows that time and is counted *late*. Each preset
 # (1GbE, 10GbE, 25GbE, IB100, NVLink) tags its figures *reported*, *derived* or *assumed* with a
 # source. This section uses 1GbE:
@@ -470,6 +503,18 @@ print(f"{LINK.caption()}; overlap model: {e['overlap']['depth']} layers, batch {
 IDLE = disttutor.quiet(ranks=2)   # timing claims are asserted only on a quiet machine
 print(ch08.check_probe(e["probe"], figures["emulated_alpha_err"], figures["emulated_beta_err"], IDLE))
 
+# %% tags=["schematic"]
+from disttutor.viz.bucket_size import plot_bucket_size
+
+o = e["overlap"]
+compute = o["compute_s"]  # the overlap model's step with nothing sent; a backward does about twice a forward's FLOPs
+plot_bucket_size(sum(o["bucket_bytes"]), e["world"], LINK, forward_s=compute / 3, backward_s=2 * compute / 3,
+                 run_bucket_bytes=max(o["bucket_bytes"]))
+plt.show()
+
+# %% [markdown] id="md-08-48" tags=["caption"]
+# *Figure: the bucket-size derivation drawn with this run's gradients, link and compute time; the dashed line marks the run's buckets, measured next.*
+
 # %%
 o = e["overlap"]
 C, M, OV, DE = (1e3 * o[k] for k in ("compute_s", "comm_s", "overlap_s", "deferred_s"))
@@ -485,6 +530,9 @@ print(f"hidden: {figures['overlap_hidden']:.0%} of the communication; late trans
 
 # %% tags=["proof"]
 print(ch08.check_faster("step", "with overlap", o["overlap_s"], "without", o["deferred_s"], IDLE))
+
+# %% [markdown] id="md-08-45" tags=["caption"]
+# *Figure: top, the step times against max and sum; below, one step on rank 0's clock, buckets on the link during the backward with overlap, after it without.*
 
 # %% [markdown] id="md-08-17"
 # With perfect overlap a step takes max(compute, communication), a ratio of 1.00; with none,
@@ -540,6 +588,9 @@ print(ch08.check_faster("step on the link", "fp16", f16["step_s"], "fp32", f32["
 
 # %% tags=["proof", "nbval-check-output"]
 print(ch08.check_link_bytes(comp))
+
+# %% [markdown] id="md-08-46" tags=["caption"]
+# *Figure: step time per hook on the emulated link, each bar labelled with the bytes that hook put on the link per step.*
 
 # %% [markdown] id="md-08-21"
 # Fewer bytes shorten the link time about in proportion (link column; each transfer also pays α).
@@ -648,6 +699,9 @@ best_w = max((r for r in rows0 if r["workers"] > 0), key=lambda r: r["items_per_
 print(ch08.check_faster("last epoch, time per item", f"num_workers={best_w['workers']}", 1 / best_w["items_per_s"][-1],
                         "num_workers=0", 1 / w0["items_per_s"][-1], QUIET_LOADER))
 
+# %% [markdown] id="md-08-47" tags=["caption"]
+# *Figure: items per second for each loader setting, both epochs: compare each bar with workers=0's, and persistent=False's second epoch with workers=1's.*
+
 # %% [markdown] id="md-08-36"
 # A worker pays off on a core no main process uses; without one it takes time from a main process
 # and adds a hand-over per batch. Non-persistent workers restart every epoch (compare the
@@ -679,6 +733,42 @@ for r0 in range(len(d["rows"])):
         assert seen == list(range(n)), (r0, epoch)
 print(f"checked: every one of the {n} samples seen exactly once per epoch, for every loader setting, both epochs")
 
+# %% [markdown] id="md-08-49"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("8.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("8.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("8.z3", mine=None)
+
+# %% [markdown] id="md-08-39"
+# ## Problems
+#
+# Work each one on paper, write your number into `mine`, then run the cell. The last one uses section 3's compression run.
+
+# %% tags=["problem"]
+problem("8.p1", mine=None)
+
+# %% tags=["problem"]
+problem("8.p2", mine=None)
+
+# %% tags=["problem"]
+problem("8.p3", mine=None)
+
+# %% tags=["problem"]
+problem("8.p4", mine=None)
+
+# %% tags=["problem"]
+problem("8.p5", mine=None, bytes_fp32=f32["bytes_per_step"], world=emu.world_size, bandwidth=LINK.beta.value,
+        link_fp32_s=f32["link_s_per_step"], link_fp16_s=f16["link_s_per_step"], step_fp32_s=f32["step_s"],
+        step_fp16_s=f16["step_s"])
+
 # %% [markdown] id="md-08-30" tags=["takeaways"]
 # ## Key takeaways
 #
@@ -693,20 +783,20 @@ print(f"checked: every one of the {n} samples seen exactly once per epoch, for e
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
 #
-# **Question 8.1 (predict, then run).** Gradient accumulation of **k = 4** micro-batches per optimizer step under DDP, the first three inside `no_sync()`. How many all-reduces does DDP launch **per optimizer step**? Write a number into `my_prediction`, then run the next cell.
+# **Question 8.1 (predict, then run).** An epoch of **10** micro-batches under DDP, accumulated **k = 4** per optimizer step (the last step takes the 2 left over), every backward but a step's last inside `no_sync()`. How many all-reduces does DDP launch **in the whole epoch**? Write a number into `my_prediction`, then run the next cell.
 
 # %% tags=["predict"]
-my_prediction = None  # a number: DDP all-reduces per optimizer step, k = 4 with no_sync
+my_prediction = None  # a number: DDP all-reduces in the epoch, 10 micro-batches, k = 4, with no_sync
 
 # %%
 import disttutor
 
-q1 = disttutor.launch("accumulation", nproc=2, args={"ks": [4], "micro": 8}, stream=False, timeout=280)
+q1 = disttutor.launch("accumulation", nproc=2, args={"ks": [4], "micro": 10}, stream=False, timeout=280)
 rows = {r["no_sync"]: r for r in q1.results[0]["rows"]}
-measured = rows[True]["allreduces"][0]
+measured = sum(rows[True]["allreduces"])
 reveal("8.q1", my_prediction, measured, rel_tol=0,  # counted, exact
-       explain=f"Without `no_sync()`: {rows[False]['allreduces'][0]} all-reduces per step. Inside it gradients "
-       "only accumulate locally; the last backward all-reduces their sum once")
+       explain=f"{len(rows[True]['group_sizes'])} optimizer steps of {rows[True]['group_sizes']} micro-batches, "
+       f"one all-reduce each; without `no_sync()`, {sum(rows[False]['allreduces'])}, one per backward.")
 
 # %% tags=["proof"]
 assert all(res["all_match_reference"] for res in q1.results), "with and without no_sync the step should be the same"

@@ -29,6 +29,8 @@ from IPython.display import Markdown, display
 
 import disttutor
 from disttutor.checks.claims import ch09
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 from disttutor.troubleshoot import diagnose, traces
 from disttutor.troubleshoot import modes as troubleshoot
 from disttutor.viz import profiling as viz
@@ -45,7 +47,8 @@ from disttutor.viz import profiling as viz
 #
 # On GPUs, NCCL has its own: `NCCL_DEBUG=INFO` logs NCCL's set-up, and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` (with
 # `TORCH_NCCL_ENABLE_MONITORING=1`) dumps the record of recent collectives when one times out; that record's
-# size, `TORCH_NCCL_TRACE_BUFFER_SIZE`, is 2000 entries unless you set it (0 turns it off).
+# size, `TORCH_NCCL_TRACE_BUFFER_SIZE`, is 2000 entries in the NCCL process group unless you set it (0 turns it
+# off; only the opt-in TorchComms backend, `TORCH_DISTRIBUTED_USE_TORCHCOMMS=1`, defaults it to 0).
 #
 # The script below has one bug: rank 0 calls `all_reduce` while rank 1 calls `broadcast`.
 
@@ -68,7 +71,8 @@ dist.destroy_process_group()
 
 # %% [markdown] id="md-09-29"
 # Run under `torchrun` as it is, it only times out: after 3 s a rank reports that it waited for data that never
-# came (the index's row *Different collectives on different ranks*, below). Run with
+# came (the index's row *Different collectives on different ranks*, below); the other rank, if it is still
+# waiting when the first gives up, may read `Connection closed by peer` instead. Run with
 # `TORCH_DISTRIBUTED_DEBUG=DETAIL`, it prints the error a rank raised itself (abridged):
 
 # %%
@@ -137,17 +141,38 @@ assert [m.key for m in troubleshoot.lookup(pasted)] == ["unused_parameters"]
 # Below, chapter 0's `hello` runs with `skip_rank=1` (rank 1 never calls the all-reduce) under a 12 s
 # collective timeout; a watcher dumps the stacks 2 s after the ranks start.
 
+# %% [markdown] id="md-09-31" tags=["derivation"]
+# **Derivation** (a rank enters the group's collective number $k$ at time $t_k$; $T$ is the collective timeout):
+#
+# * collective $k$ completes only when every rank has made its call number $k$; a rank that never does leaves the others waiting;
+# * each waiting rank raises at $t_k + T$, never sooner, so a stack dump at $t_d < t_k + T$ finds every rank alive;
+# * the launch lasts $W = t_\text{start} + T + t_\text{stop}$ (start-up, timeout, teardown): $W > T$, and $W - T$ does not grow with $T$.
+
+# %% tags=["schematic"]
+from disttutor.viz.hang_schematic import plot_hang
+
+WORLD, SKIP_RANK, TIMEOUT_S, DUMP_AFTER_S = 2, 1, 12, 2  # the stuck job below
+plot_hang(world=WORLD, skip_rank=SKIP_RANK, timeout_s=TIMEOUT_S, dump_after_s=DUMP_AFTER_S)
+plt.show()
+
+# %% [markdown] id="md-09-32" tags=["caption"]
+# *Figure: the stuck job idealised: rank 0 sits in all-reduce number 0 until the timeout; rank 1 never calls it and raises nothing; the dump falls inside the wait.*
+
 # %%
 run_dir = tempfile.mkdtemp(prefix="disttutor-run-")
-watch = diagnose.watch(run_dir, world=2, after_s=2)
-hung = disttutor.launch("hello", 2, {"skip_rank": 1}, run_dir=run_dir, check=False, stream=False,
-                        timeout=120, collective_timeout=12)
+watch = diagnose.watch(run_dir, world=WORLD, after_s=DUMP_AFTER_S)
+hung = disttutor.launch("hello", WORLD, {"skip_rank": SKIP_RANK}, run_dir=run_dir, check=False, stream=False,
+                        timeout=120, collective_timeout=TIMEOUT_S)
 print(hung.command)
 report = watch.report()
 print(report)
+print(f"launch: {hung.wall_s:.1f} s = the {TIMEOUT_S} s timeout + {hung.wall_s - TIMEOUT_S:.1f} s of start-up and teardown")
 
 # %% tags=["proof"]
-print(ch09.check_stacks(report, waiting=0, elsewhere=1))
+print(ch09.check_stacks(report, waiting=0, elsewhere=SKIP_RANK))
+
+# %% tags=["proof"]
+print(ch09.check_timeout_bound(hung, timeout_s=TIMEOUT_S, waiting=0))
 
 # %% [markdown] id="md-09-09"
 # Rank 0 waits in `all_reduce`; rank 1 is in **no** collective, at the line of `hello.py` where it went its own
@@ -208,7 +233,38 @@ tr = traces.load("traces")
 viz.plot_timeline(tr)
 plt.show()
 
+# %% [markdown] id="md-09-33" tags=["caption"]
+# *Figure: three profiled steps per rank; rank 1 sleeps 40 ms in each forward. Which bars grew, and on which rank?*
+
+# %% [markdown] id="md-09-15"
+# ### Exercise 9.1 — find the straggler
+#
+# The checker profiles **3 ranks** and picks the slow one at random during the run; your function sees only the
+# traces. Write `find_straggler(traces)`: `traces` is `{rank: [Chrome-trace events]}`, dicts with `name`, `cat`,
+# `ph`, `ts` and `dur` (microseconds), as `traces.load` returns; return the slow rank.
+# Try it from the figure alone: the next section reads the profile.
+
+# %%
+card("9.1")
+
+# %%
+def find_straggler(traces):
+    """The rank whose own work is slowest (traces: {rank: [events]})."""
+    raise NotImplementedError("Exercise 9.1: find the slow rank from the traces")
+
+
+# %%
+hint("9.1")
+
+
+# %%
+from disttutor.checks.profiling import check_straggler
+
+check_straggler(find_straggler)
+
 # %% [markdown] id="md-09-12"
+# ### Reading the profile
+#
 # Blue: forward; orange: backward; green: optimizer (main thread); red, thinner: gloo's all-reduce in its own
 # thread. The straggler's **forward** is long, and the other rank's **backward** is long: it waits there for
 # the straggler's gradients. Each rank's totals over the three recorded steps:
@@ -236,31 +292,6 @@ print(ch09.check_straggler_profile(tot, slow_rank=1, sleep_ms=40, steps=3))  # 3
 
 # %% tags=["proof"]
 print(ch09.check_trace_handler())
-
-# %% [markdown] id="md-09-15"
-# ### Exercise 9.1 — find the straggler
-#
-# The checker profiles **3 ranks** and picks the slow one at random during the run; your function sees only the
-# traces. Write `find_straggler(traces)`: `traces` is `{rank: [Chrome-trace events]}`, dicts with `name`, `cat`,
-# `ph`, `ts` and `dur` (microseconds), as `traces.load` returns; return the slow rank.
-
-# %%
-card("9.1")
-
-# %%
-def find_straggler(traces):
-    """The rank whose own work is slowest (traces: {rank: [events]})."""
-    raise NotImplementedError("Exercise 9.1: find the slow rank from the traces")
-
-
-# %%
-hint("9.1")
-
-
-# %%
-from disttutor.checks.profiling import check_straggler
-
-check_straggler(find_straggler)
 
 # %% [markdown] id="md-09-17"
 # ## 5. Fix the bug (Exercises 9.2 and 9.3)
@@ -339,6 +370,39 @@ hint("9.3")
 
 # %%
 check_epochs(train_epochs)
+
+# %% [markdown] id="md-09-35"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("9.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("9.z2", mine=None)
+
+# %% [markdown] id="md-09-34"
+# ## Problems
+#
+# Work each one on paper, write your number into `mine`, then run the cell. Problems 9.p3 and 9.p5 start from
+# your profile and your stuck job.
+
+# %% tags=["problem"]
+problem("9.p1", mine=None)
+
+# %% tags=["problem"]
+problem("9.p2", mine=None)
+
+# %% tags=["problem"]
+problem("9.p3", mine=None, fast_comm_ms=tot[0]["comm"], slow_comm_ms=tot[1]["comm"],
+        steps=len(traces.segments(tr[0])["optimizer"]))
+
+# %% tags=["problem"]
+problem("9.p4", mine=None)
+
+# %% tags=["problem"]
+problem("9.p5", mine=None, timeout_s=TIMEOUT_S, wall_s=hung.wall_s)
 
 # %% [markdown] id="md-09-21" tags=["takeaways"]
 # ## Key takeaways

@@ -31,13 +31,17 @@ import torch
 import torch.nn.functional as F
 
 import disttutor
-from disttutor.checks.resume import check_resume  # the exercise's checker
+from disttutor.checks.lm_step import check_train_step  # the exercises' checkers
+from disttutor.checks.resume import check_resume
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 from disttutor.course.source import show_code
 from disttutor.lm import corpus
 from disttutor.lm import model as lm
 from disttutor.lm import article as lm_article
 from disttutor.lm import timesplit as lm_profile
 from disttutor.lm.loop import LMConfig
+from disttutor.viz import checkpoint_bytes as ckviz
 from disttutor.viz import lm as viz
 
 WORK = tempfile.mkdtemp(prefix="ch10-")
@@ -290,6 +294,14 @@ print(check_article_snippets(snippets))
 # non-reentrant activation checkpointing, a validation loss every 10 steps, and chapter 9's
 # `torch.profiler` on steps 5–7 of every rank. The plot follows rank 0's progress while the job runs.
 
+# %% [markdown] id="md-10-28" tags=["derivation"]
+# **Derivation: parameters and FLOPs per token.** Vocabulary $V$, width $d$, $L$ layers, windows of $T$ tokens:
+#
+# * embedding and output layer $Vd$ each, plus $V$ output biases; a layer: attention $4d^2+4d$, feed-forward $8d^2+5d$, two LayerNorms $4d$; a final LayerNorm $2d$;
+# * so $N = 2Vd + V + L\,(12d^2+13d) + 2d$;
+# * a weight in a matrix multiply costs 2 FLOPs per token forward and 4 backward: $6N_\text{mm}$, with $N_\text{mm} = 12Ld^2 + Vd$ (the embedding is a lookup); the rule of thumb $6N$ counts every parameter;
+# * attention's two $T \times T$ products add $12LTd$; activation checkpointing reruns each layer's forward, $24Ld^2 + 4LTd$ more.
+
 # %%
 cfg = LMConfig(steps=60, eval_every=10, sample_chars=100, profile_steps=3, profile_from=5)
 with viz.LiveLoss() as live:
@@ -304,11 +316,17 @@ from disttutor.checks.claims.ch10 import check_training_run
 
 print(check_training_run(val, cfg.steps, r, live))
 
+# %% [markdown] id="md-10-29" tags=["caption"]
+# *Figure: the live plot of the train and validation loss while the job ran; the static figure after the run is the one to read.*
+
 # %%
 viz.plot_training(r["history"])
 plt.show()
 print("before training:", repr(r["text_before"][:100]))
 print("after training: ", repr(r["text_after"][:100]))
+
+# %% [markdown] id="md-10-30" tags=["caption"]
+# *Figure: train loss per step (mean over ranks) and validation loss every 10 steps, in nats per character: read how far each falls below ln 60.*
 
 # %% [markdown] id="md-10-15"
 # Before training the characters are uniform noise; after it, spaces, common letter pairs, short
@@ -336,6 +354,33 @@ from disttutor.checks.claims.ch10 import check_time_split
 
 print(check_time_split(prof, lm_profile.PARTS, on_cpu=not torch.cuda.is_available()))
 
+# %% [markdown] id="md-10-31"
+# The derivation against the run: its parameters read from its final weights, and torch's FLOP counter on one micro-batch of the same model.
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+from disttutor.programs.lm_train import FINAL_PARAMS
+
+trained = torch.load(os.path.join(train_run.run_dir, FINAL_PARAMS), weights_only=True)
+n_run = sum(t.numel() for t in trained.values())
+n_derived = ckviz.tinylm_params(tok.vocab_size, cfg.d_model, cfg.layers)
+probe = lm.TinyLM(tok.vocab_size, cfg.d_model, cfg.heads, cfg.layers, max_len=max(cfg.seq_len, 256),
+                  dropout=cfg.dropout, activation_checkpointing=cfg.act_ckpt)
+window = corpus.windows(corpus.splits()[0], cfg.seq_len)[:cfg.micro_batch]
+with FlopCounterMode(display=False) as counter:  # counts every matmul of a forward and backward
+    lm.window_loss(probe, window).backward()
+flops_token = counter.get_total_flops() / (cfg.micro_batch * cfg.seq_len)
+flops_derived = ckviz.flops_per_token(tok.vocab_size, cfg.d_model, cfg.layers, cfg.seq_len, cfg.act_ckpt)
+print(f"parameters: {n_run:,} in the run's weights, {n_derived:,} derived")
+print(f"FLOPs per training token: {flops_token:,.0f} counted, {flops_derived:,} derived, 6N = {6 * n_run:,}")
+print(f"rank 0 at {prof[0]['tokens_per_s']:.0f} tokens/s: {flops_token * prof[0]['tokens_per_s'] / 1e9:.2f} GFLOP/s")
+
+# %% tags=["proof", "nbval-check-output"]
+from disttutor.checks.claims.ch10 import check_model_arithmetic
+
+print(check_model_arithmetic(n_run, n_derived, flops_token, flops_derived))
+
 # %% [markdown] id="md-10-17"
 # ## 4. Fault tolerance: kill a rank, restart, resume exactly
 #
@@ -356,12 +401,31 @@ show_code("disttutor.plain.dcp", "load")
 # `--max-restarts=1`: it stops the surviving rank, starts both again, and they resume from the newest
 # checkpoint (step 8).
 
-# %%
+# %% [markdown] id="md-10-37"
+# First the bytes: what each rank of this job holds, and what it writes at every checkpoint.
+
+# %% tags=["schematic"]
 short = LMConfig(steps=16, warmup=4, eval_every=8, sample_chars=0)
+WORLD = 2
+n_model = ckviz.tinylm_params(tok.vocab_size, short.d_model, short.layers)
+fig = ckviz.schematic(n_model, WORLD)
+plt.show()
+
+# %% [markdown] id="md-10-32" tags=["caption"]
+# *Figure: each rank holds four fp32 copies of the parameters' size (DDP's all-reduce buckets, not drawn, hold a fifth) but writes only its share of three: the gradients are not saved, and DCP writes each replicated tensor once.*
+
+# %% [markdown] id="md-10-33" tags=["derivation"]
+# **Derivation: bytes per rank.** $N$ parameters in fp32, AdamW, $n$ ranks:
+#
+# * in memory, every DDP rank: weights, gradients, two moments, $4N$ each: $16N$ bytes; DDP's all-reduce buckets copy the gradients, $4N$ more, unless it is built with `gradient_as_bucket_view=True`;
+# * in the checkpoint: weights and moments, $12N$ bytes, each tensor written once, spread over the ranks: about $12N/n$ a rank;
+# * besides: AdamW's step counter (4 bytes a tensor), each rank's RNG state, rank 0's `meta.json`.
+
+# %%
 ck_dir = tempfile.mkdtemp(prefix="ch10-ckpt-")
 killed = LMConfig(**{**short.__dict__, "ckpt_dir": ck_dir, "ckpt_every": 4, "fail_at_step": 9})
-ref_run = disttutor.launch("lm_train", 2, short, **LAUNCH)
-fault_run = disttutor.launch("lm_train", 2, killed, max_restarts=1, **LAUNCH)
+ref_run = disttutor.launch("lm_train", WORLD, short, **LAUNCH)
+fault_run = disttutor.launch("lm_train", WORLD, killed, max_restarts=1, **LAUNCH)
 fr = fault_run.results[0]
 print(f"attempt {fr['attempt'] + 1} finished, resumed from step {fr['resumed_from']}; "
       f"checkpoints: {sorted(n for n in os.listdir(ck_dir) if n.startswith('step_'))}")
@@ -381,6 +445,28 @@ print(f"killed at step 9, resumed from step 8: max parameter difference vs the u
 rows = [json.loads(line) for line in open(os.path.join(ck_dir, "history.jsonl"))]
 viz.plot_fault(ref_run.results[0]["history"]["loss"], rows, killed_at=9, resumed_from=fr["resumed_from"])
 plt.show()
+
+# %% [markdown] id="md-10-34" tags=["caption"]
+# *Figure: the killed run's attempts on the uninterrupted run's curve: attempt 2 starts at the checkpoint and retraces the grey line exactly.*
+
+# %% [markdown] id="md-10-35"
+# The bytes on disk, against the derivation: DCP's metadata says which file holds each tensor, one file a rank. A file is larger than its tensors: it frames each one it holds.
+
+# %%
+from disttutor.lm import checkpoint
+
+newest = checkpoint.latest(ck_dir)
+written = ckviz.written_tensor_bytes(newest)
+for name, nbytes in written.items():
+    print(f"{name}: {nbytes:,} bytes of tensors in a {os.path.getsize(os.path.join(newest, name)):,}-byte file")
+print(f"together {sum(written.values()):,} bytes; 12N = {12 * n_model:,}, 12N/{WORLD} = {12 * n_model / WORLD:,.0f}")
+
+# %% tags=["proof"]
+from disttutor.checks.claims.ch10 import check_checkpoint_split
+
+shapes = lm.TinyLM(tok.vocab_size, short.d_model, short.heads, short.layers).parameters()
+sizes = [4 * p.numel() for p in shapes]
+print(check_checkpoint_split(written, n_model, len(sizes), WORLD, largest=max(sizes)))
 
 # %% [markdown] id="md-10-20"
 # **A rank lost for good.** If the rank dies on every attempt, the restarts run out and the job ends
@@ -422,6 +508,82 @@ hint("10.1")
 
 # %%
 print(check_resume(resume))
+
+# %% [markdown] id="md-10-39"
+# ### Exercise 10.2 — write the training step
+#
+# Write `train_step(ddp_model, optimizer, scheduler, scaler, micro_batches, loss_fn, clip)`, one optimizer
+# step of `lm_train`'s loop, returning this rank's mean loss; `loss_fn(model, batch)` is a micro-batch's mean
+# loss. The checker runs the loop with your step on 2 ranks, loss scaling on, and compares it with the
+# course's step bit for bit.
+
+# %%
+card("10.2")
+
+# %%
+def train_step(ddp_model, optimizer, scheduler, scaler, micro_batches, loss_fn, clip):
+    raise NotImplementedError("Exercise 10.2: one optimizer step, return this rank's mean loss")
+
+
+# %%
+hint("10.2")
+
+
+# %%
+step_check = check_train_step(train_step)
+print(step_check)
+
+# %% [markdown] id="md-10-40"
+# Then 40 steps with your step (the course's own until yours passes) on 1 and on 2 ranks; 2 ranks see
+# twice the windows per step.
+
+# %%
+from disttutor.checks.adapter import write_exercise
+
+mine = write_exercise(train_step) if step_check.passed else ""  # your step as a file, once it passes
+side = LMConfig(steps=40, eval_every=40, sample_chars=0, step_source=mine)
+for n in (1, 2):
+    run = disttutor.launch("lm_train", n, side, **LAUNCH)
+    val = run.results[0]["history"]["val"]
+    print(run.command)
+    print(f"{n} rank(s): validation loss {val['0']:.2f} -> {val['40']:.2f}")
+
+# %% [markdown] id="md-10-38"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("10.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("10.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("10.z3", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("10.z4", mine=None)
+
+# %% [markdown] id="md-10-36"
+# ## Problems
+#
+# Write your number into `mine` and run the cell; the first uses your run's parameters and tokens/s.
+
+# %% tags=["problem"]
+problem("10.p1", mine=None, n_params=n_run, tokens_per_s=prof[0]["tokens_per_s"])
+
+# %% tags=["problem"]
+problem("10.p2", mine=None)
+
+# %% tags=["problem"]
+problem("10.p3", mine=None)
+
+# %% tags=["problem"]
+problem("10.p4", mine=None)
+
+# %% tags=["problem"]
+problem("10.p5", mine=None)
 
 # %% [markdown] id="md-10-23" tags=["takeaways"]
 # ## Key takeaways

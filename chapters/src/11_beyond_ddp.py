@@ -29,6 +29,8 @@ from disttutor.checks.claims.ch11 import (check_fsdp2_matches_one_process, check
                                           check_fsdp_collectives, check_fsdp_memory, check_flat_vs_per_param,
                                           check_mixed_precision, check_plain_fsdp2, check_strategies_agree)
 from disttutor.checks.sharding import check_fsdp, check_zero1
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 from disttutor.viz import sharding as viz
 
 WORK = tempfile.mkdtemp(prefix="ch11-")
@@ -154,6 +156,17 @@ print(check_plain_fsdp2(script.logs))
 runs = disttutor.launch("sharding", nproc=2, **LAUNCH)
 print(runs.command)
 by_world = {2: runs.results}
+
+# %% tags=["schematic"]
+from disttutor.viz.zero_stages import zero_stages_figure
+
+zero_stages_figure(runs.results[0]["n_params"], runs.results[0]["n_trainable"], world=len(runs.results))
+plt.show()
+
+# %% [markdown] id="md-11-56" tags=["caption"]
+# *Figure: the ZeRO table drawn for this run's model (idealised, equal shards): filled bytes are stored on that rank, outlines are not.*
+
+# %%
 print(f"{'strategy':18} {'params':>7} {'grads':>7} {'optim':>7}   calculator (bytes, fullest rank)")
 for row in viz.memory_rows(by_world):
     print(f"{row['strategy']:18} {row['params']:>7} {row['grads']:>7} {row['optimizer']:>7}"
@@ -162,6 +175,9 @@ for row in viz.memory_rows(by_world):
 # %%
 viz.memory_figure(by_world)
 plt.show()
+
+# %% [markdown] id="md-11-57" tags=["caption"]
+# *Figure: each strategy's measured bytes on its fullest rank, stacked by part, against chapter 1's calculator (black tick).*
 
 # %% [markdown] id="md-11-04"
 # The table above, row by row against the calculator's columns:
@@ -243,12 +259,38 @@ print(check_fsdp2_matches_one_process(F2))
 #
 # The figure shows each rank's profiled step in both settings. The times printed under it are one step each, so they are noisy; the order of the collectives is not.
 
+# %% [markdown] id="md-11-58"
+# First the idea, drawn as on a GPU: the collectives on their own stream, every block taking this run's median times.
+
+# %% tags=["schematic"]
+from disttutor.viz.fsdp_unit_life import idealised_steps, unit_life_figure
+
+unit_life_figure(F2)
+plt.show()
+off_ms, on_ms = idealised_steps(F2)
+print(f"idealised step: {off_ms:.1f} ms without prefetching, {on_ms:.1f} ms with it")
+
+# %% [markdown] id="md-11-59" tags=["caption"]
+# *Figure: each block's life (all-gather, compute, free) on one link and one compute stream; with prefetching, each all-gather runs while the previous block computes.*
+
+# %% [markdown] id="md-11-60" tags=["derivation"]
+# **Derivation: when prefetching hides the all-gathers.** A unit of $S_u$ bytes, $n$ ranks:
+#
+# * all-gather: $t_\text{AG} = (n-1)\,\alpha + \frac{n-1}{n}\cdot\frac{S_u}{B}$; a reduce-scatter takes as long;
+# * forward: hidden when $t_\text{AG} \le t_\text{fwd}$ of the unit before;
+# * backward, the link carries one all-gather and one reduce-scatter per block: hidden when $2\,t_\text{AG} \le t_\text{bwd}$.
+#
+# Then a step costs about its compute, plus the first all-gather of each pass and the last reduce-scatter.
+
 # %%
 fig = viz.fsdp_timeline_figure(F2)
 plt.show()
 for cond in ("prefetch off", "prefetch on"):
     ms = [sum(d for s, d in r["comm"][cond]["regions"][p]) for r in F2 for p in ("forward", "backward")]
     print(f"{cond:12}: forward + backward {max(ms[0::2]) + max(ms[1::2]):.1f} ms (slowest forward + slowest backward)")
+
+# %% [markdown] id="md-11-61" tags=["caption"]
+# *Figure: one measured step per rank: compute above its collectives; with prefetching, block 2's all-gather comes before block 3's reduce-scatter.*
 
 # %% tags=["nbval-check-output"]
 def backward_order(cond, rank=0):
@@ -263,15 +305,17 @@ for cond in ("prefetch off", "prefetch on"):
 print(check_fsdp_collectives(F2, backward_order("prefetch off"), backward_order("prefetch on")))
 
 # %% [markdown] id="md-11-09"
-# In the figure's forward, blocks `F0`..`F3` each compute after their blue all-gather; in backward, each block's gradient is reduce-scattered (red) as backward leaves it. With prefetching, block 2's all-gather (`AG2`) is issued *before* block 3's reduce-scatter (`RS3`), so on GPUs, where the all-gather runs on its own CUDA stream, it can run while block 3 computes. On CPU ranks FSDP2 calls gloo with `async_op=False`, so the training thread waits for each collective: prefetching changes the order, not the overlap.
+# In the figure's forward, blocks 0 to 3 each compute after their blue all-gather; in backward, each block's gradient is reduce-scattered (red) as backward leaves it. With prefetching, block 2's all-gather (`AG2`) is issued *before* block 3's reduce-scatter (`RS3`), so on GPUs, where the all-gather runs on its own CUDA stream, it can run while block 3 computes. On CPU ranks FSDP2 calls gloo with `async_op=False`, so the training thread waits for each collective: prefetching changes the order, not the overlap.
 
 # %% [markdown] id="md-11-38"
-# **Bytes per step.** Let *P* be the parameter bytes. DDP all-reduces the gradients once (payload *P*); FSDP with `reshard_after_forward=True` all-gathers every unit twice and reduce-scatters once (payload **3P**).
+# **Bytes per step.** Let $S$ be the parameter bytes. DDP all-reduces the gradients once (payload $S$); FSDP with `reshard_after_forward=True` all-gathers every unit twice and reduce-scatters once (payload $3S$).
 
-# %% [markdown] id="md-11-39"
-# In a ring (chapter 2), each of *n* ranks sends (n−1)/n of an all-gather's or reduce-scatter's payload and 2(n−1)/n of an all-reduce's:
+# %% [markdown] id="md-11-39" tags=["derivation"]
+# **Derivation** (a ring of $n$ ranks, chapter 2):
 #
-# $$\frac{\text{FSDP}}{\text{DDP}} = \frac{3 \cdot \frac{n-1}{n} P}{2 \cdot \frac{n-1}{n} P} = 1.5$$
+# * an all-gather or a reduce-scatter of $S$ bytes: each rank sends $\frac{n-1}{n}S$; an all-reduce, $2\frac{n-1}{n}S$;
+# * FSDP, forward all-gather + backward all-gather + reduce-scatter: $3\frac{n-1}{n}S$; DDP: $2\frac{n-1}{n}S$;
+# * so $\frac{\text{FSDP}}{\text{DDP}} = 1.5$, and on a link FSDP's step spends $T \approx 3\frac{n-1}{n}\cdot\frac{S}{B}$ on the wire, plus $3(n-1)\alpha$ per unit.
 #
 # The program counts the payloads from the trace, and the bytes handed to the sockets (`/proc/self/io`, Linux):
 
@@ -291,7 +335,7 @@ for r in F2:
                      ddp_payload=r["ddp_allreduce_bytes"], ddp_formula=ddp_formula, ddp_sent=r["ddp_sent_bytes"]))
 P = F2[0]["n_params"] * 4
 r0 = rows[0]
-print(f"P = {P} bytes; {n} ranks")
+print(f"S = {P} bytes of parameters; {n} ranks")
 print(f"{'':24}{'payload':>10}{'ring formula':>14}{'sent (measured)':>17}")
 print(f"{'DDP (all-reduce)':24}{r0['ddp_payload']:>10}{r0['ddp_formula']:>14.0f}{r0['ddp_sent'] or 0:>17}")
 print(f"{'FSDP2 (AG + AG + RS)':24}{r0['payload']:>10}{r0['formula']:>14.0f}{r0['sent'] or 0:>17}")
@@ -490,6 +534,40 @@ hint("11.2")
 # %%
 print(check_fsdp(FSDP))
 
+# %% [markdown] id="md-11-63"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("11.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("11.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("11.z3", mine=None)
+
+# %% [markdown] id="md-11-62"
+# ## Worked problems
+#
+# Write your number into `mine`, run the cell, then open the worked answer.
+
+# %% tags=["problem"]
+problem("11.p1", mine=None)
+
+# %% tags=["problem"]
+problem("11.p2", mine=None)
+
+# %% tags=["problem"]
+problem("11.p3", mine=None)
+
+# %% tags=["problem"]
+problem("11.p4", mine=None, param_bytes=P, n=n)
+
+# %% tags=["problem"]
+problem("11.p5", mine=None)
+
 # %% [markdown] id="md-11-17"
 # ## 3. What comes next
 #
@@ -534,10 +612,10 @@ print(check_fsdp(FSDP))
 #
 # Three questions: write your answer before you open the one under it. In the first, the run decides.
 #
-# **Question 11.1 (predict, then run).** Section 1 measured FSDP2 on 2 ranks. On **4 ranks**, what fraction of DDP's per-rank model-state bytes (parameters + gradients + optimizer states) does FSDP2 keep on its fullest rank? Write a number between 0 and 1 into `my_prediction`, then run the next cell.
+# **Question 11.1 (predict, then run).** Section 1 measured every strategy on 2 ranks. On **4 ranks**, what fraction of DDP's per-rank model-state bytes (parameters + gradients + AdamW's states, all fp32) does **ZeRO-1** keep on its fullest rank? Write a number between 0 and 1 into `my_prediction`, then run the next cell.
 
 # %% tags=["predict"]
-my_prediction = None  # a number in [0, 1]: FSDP2 bytes / DDP bytes per rank, 4 ranks
+my_prediction = None  # a number in [0, 1]: ZeRO-1 bytes / DDP bytes per rank, 4 ranks
 
 # %%
 import disttutor
@@ -545,11 +623,14 @@ from disttutor.viz import sharding as q1_viz
 
 q1 = disttutor.launch("sharding", nproc=4, args={"steps": 1, "checkpoint": False}, stream=False, timeout=280)
 q1_rows = {r["strategy"]: r for r in q1_viz.memory_rows({4: q1.results})}
-total = {s: q1_rows[s]["params"] + q1_rows[s]["grads"] + q1_rows[s]["optimizer"] for s in ("ddp", "fsdp2")}
-measured = total["fsdp2"] / total["ddp"]
-reveal("11.q1", my_prediction, measured, rel_tol=0.1,  # 10 %: padding and uneven shards of a small model
-       explain=f"DDP's rank holds {total['ddp']} bytes of model states, FSDP2's fullest rank {total['fsdp2']}: "
-       f"{measured:.3f}, the ZeRO table's 1/n for n = 4.")
+total = {s: q1_rows[s]["params"] + q1_rows[s]["grads"] + q1_rows[s]["optimizer"] for s in ("ddp", "zero1")}
+measured = total["zero1"] / total["ddp"]
+opt_share = q1_rows["zero1"]["optimizer"] / q1_rows["ddp"]["optimizer"]
+# 10 %: (4 + 4 + 8/4)/16 = 0.625 is the even split; ZeRO-1 gives each parameter whole to one rank, so the
+# fullest rank of this small model holds more than a quarter of the optimizer states (0.664 at the build)
+reveal("11.q1", my_prediction, measured, rel_tol=0.1,
+       explain=f"DDP's rank holds {total['ddp']} bytes, ZeRO-1's fullest rank {total['zero1']}: only the optimizer "
+       f"states are sharded, and this rank keeps {opt_share:.2f} of them, not 1/4.")
 
 # %% [markdown] id="md-11-25" tags=["question"]
 # **Question 11.2.** A 1-billion-parameter model with AdamW in fp32 on 8 ranks: how many bytes of model states does each rank hold under DDP, ZeRO-1, ZeRO-2 and FSDP?

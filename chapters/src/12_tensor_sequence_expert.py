@@ -30,11 +30,17 @@ from disttutor.checks.claims.ch12 import (check_block_ring_bytes, check_expert_p
                                           check_tp_collectives, check_two_dim_placements)
 from disttutor.checks.tensor_parallel import check_merge, check_row_parallel
 from disttutor.checks.tolerances import SPLIT_TENSOR_ATOL
+from disttutor.course.problems import problem
+from disttutor.course.puzzles import puzzle
 from disttutor.course.source import show_code
 from disttutor.viz import placements as viz
 
 LAUNCH = dict(stream=False, timeout=280)
 PROGRAM = "tensor_sequence_expert"   # disttutor/programs/tensor_sequence_expert.py
+from disttutor.programs.tensor_sequence_expert import SplitDimsConfig
+
+CFG = SplitDimsConfig()   # the sizes every part of the chapter's run uses (its defaults)
+RANKS = 2                 # the run's ranks: t for TP and SP, n for ring attention and experts
 TOL = SPLIT_TENSOR_ATOL  # fp32 summed in another order: a few ulps (measured < 4e-6); reasons in tolerances.py
 
 
@@ -120,12 +126,30 @@ show_code("disttutor.tensor_parallel.tp", "conjugates")
 # the bias, added **after** the sum (before it, it would count `t` times). Attention splits by
 # **heads**: `q`, `k`, `v` column-parallel, the output projection row-parallel.
 
+# %% tags=["schematic"]
+from disttutor.viz.tp_split import tp_block_figure
+
+tp_block_figure(CFG.seq, CFG.batch, CFG.dim, CFG.hidden, t=RANKS)
+plt.show()
+
+# %% [markdown] id="md-12-36" tags=["caption"]
+# *Figure: the run's feed-forward block on its ranks, to scale: whole input, each rank's hidden units, partial sums that `g` adds.*
+
+# %% [markdown] id="md-12-37" tags=["derivation"]
+# **Derivation: TP's communication against its compute**, one transformer layer forward, $e$ bytes a number:
+#
+# * compute per rank, in the weights' matmuls: $2sb(4d^2 + 2dh)/t$ FLOPs, $= 24\,sbd^2/t$ when $h = 4d$, at $F$ FLOP/s (the attention scores add $4s^2bd/t$);
+# * communication: attention's and the MLP's all-reduce, each $S = sbd\,e$ bytes: $4(t-1)\alpha + 4\frac{t-1}{t}\cdot\frac{sbd\,e}{B}$;
+# * ratio, α and the scores aside: $\frac{T_\text{comm}}{T_\text{compute}} = \frac{(t-1)\,e\,F}{6\,d\,B}$: independent of $s$ and $b$, smaller for wider models.
+#
+# The run measures the bytes; problems 12.p2 and 12.p3 put GPUs' $F$ and $B$ in.
+
 # %% [markdown] id="md-12-06"
 # One 2-rank launch runs the chapter's program, all four parts. Its first: the MLP and the attention
 # block from scratch and with `parallelize_module`, their collectives counted:
 
 # %% tags=["nbval-check-output"]
-run = disttutor.launch(PROGRAM, nproc=2, **LAUNCH)   # --part all: tp, sp, cp, ep in one job
+run = disttutor.launch(PROGRAM, nproc=RANKS, args=CFG, **LAUNCH)   # --part all: tp, sp, cp, ep in one job
 print(run.command)
 TP = run.results[0]["tp"]
 for name, r in TP.items():
@@ -201,6 +225,13 @@ print(check_row_parallel(RowParallelLinear))
 # %%
 show_code("disttutor.tensor_parallel.sp", "sp_block")
 
+# %% tags=["schematic"]
+tp_block_figure(CFG.seq, CFG.batch, CFG.dim, CFG.hidden, t=RANKS, sequence_parallel=True)
+plt.show()
+
+# %% [markdown] id="md-12-38" tags=["caption"]
+# *Figure: the same block under SP: each rank's own tokens outside, an all-gather in, a reduce-scatter out, the same bytes sent.*
+
 # %% [markdown] id="md-12-10"
 # **What each keeps for backward**, per rank, in fp32 numbers:
 #
@@ -226,7 +257,7 @@ for mode in ("tp", "sp"):
 print(check_sp_collectives(run.results, TOL))  # and both blocks equal one process, output and all gradients
 
 # %% tags=["proof", "nbval-check-output"]
-s, b, d, h, t, f32 = 16, 2, 16, 32, 2, 4   # the program's sizes
+s, b, d, h, t, f32 = CFG.seq, CFG.batch, CFG.dim, CFG.hidden, RANKS, 4   # the run's sizes, fp32
 tp_formula = (3 * s * b * d + 2 * s * b + 2 * s * b * h // t) * f32                  # the table's TP column
 sp_formula = (2 * s * b * d // t + 2 * s * b // t + s * b * d + 2 * s * b * h // t) * f32
 print(check_sp_bytes(SP, tp_formula, sp_formula, (2 * d + d) * f32 * 2 * (t - 1) / t))
@@ -237,6 +268,36 @@ print(check_block_ring_bytes(SP, s, b, d, t))
 # %% [markdown] id="md-12-11"
 # One tensor is left whole, the column layer's gathered input: Megatron keeps only its shard
 # and gathers again in backward (7,296 bytes here, *derived*).
+
+# %% [markdown] id="md-12-05"
+# ## Exercise 12.3 — sequence parallelism's all-gather and its backward
+#
+# Write `GatherSeq`, a `torch.autograd.Function`: `forward(ctx, shard)` all-gathers the sequence
+# shards `[seq/t, batch, dim]` in rank order; `backward(ctx, grad)` returns the gradient of this
+# rank's shard. The checker compares outputs and input gradients with one process, on 2 and 4 ranks,
+# alone and inside an SP block.
+
+# %%
+card("12.3")
+
+# %%
+class GatherSeq(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, shard):
+        raise NotImplementedError("Exercise 12.3: all-gather the sequence shards along dim 0, in rank order")
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("Exercise 12.3: this rank's rows of the gradient, summed over the ranks")
+
+
+# %%
+hint("12.3")
+
+# %%
+from disttutor.checks.sequence_parallel import check_gather_seq
+
+print(check_gather_seq(GatherSeq))
 
 # %% [markdown] id="md-12-12"
 # ## 3. Context parallelism: ring attention
@@ -249,10 +310,8 @@ print(check_block_ring_bytes(SP, s, b, d, t))
 # No rank sees all the scores: each step gives the softmax over *one block* of keys. The **online
 # softmax** (as in FlashAttention) merges those results exactly. A block's result is its output,
 # normalised by its own softmax denominator, and `lse`, the **log-sum-exp** of its scores (the log of
-# that denominator); over two blocks the denominator is `e^lse_a + e^lse_b`:
-
-# %%
-show_code("disttutor.tensor_parallel.ring_attention", "merge")
+# that denominator); over two blocks the denominator is `e^lse_a + e^lse_b`. Exercise 12.2, below, has you
+# write that merge.
 
 # %% [markdown] id="md-12-13"
 # The ring: post the send of the current block and the receive of the next, compute, wait, swap.
@@ -261,6 +320,15 @@ show_code("disttutor.tensor_parallel.ring_attention", "merge")
 
 # %%
 show_code("disttutor.tensor_parallel.ring_attention", "ring")
+
+# %% tags=["schematic"]
+from disttutor.viz.ring_attention_steps import ring_attention_figure
+
+ring_attention_figure(CFG.seq, CFG.batch, CFG.dim, n=RANKS)
+plt.show()
+
+# %% [markdown] id="md-12-39" tags=["caption"]
+# *Figure: the causal attention matrix in blocks: each score block is computed by its queries' rank at the step its keys arrive; blocks above the diagonal are skipped.*
 
 # %% [markdown] id="md-12-33"
 # Each rank sends `n - 1` blocks of keys and values, `2·b·(s/n)·d` numbers each: on 2 ranks with
@@ -282,7 +350,7 @@ print(check_ring_attention([q["cp"] for q in run.results], TOL))  # n - 1 steps 
 # %% [markdown] id="md-12-29"
 # ## Exercise 12.2 — the online-softmax merge
 #
-# Write `merge(out_a, lse_a, out_b, lse_b) -> (out, lse)` without copying the code above: `out_*` are
+# Write `merge(out_a, lse_a, out_b, lse_b) -> (out, lse)`: `out_*` are
 # `[..., queries, d]` outputs over two disjoint key blocks, `lse_*` their log-sum-exps `[..., queries]`.
 # The checker tries the usual traps (blocks of different size, scores that overflow `exp`, a block
 # that saw no key: `lse = -inf`), then runs the ring with your merge.
@@ -318,6 +386,15 @@ print(check_merge(merge))
 # %%
 show_code("disttutor.tensor_parallel.moe", "ep")
 
+# %% tags=["schematic"]
+from disttutor.viz.moe_dispatch import moe_dispatch_figure
+
+moe_dispatch_figure([q["ep"]["tokens_per_expert"] for q in run.results], dim=CFG.dim)
+plt.show()
+
+# %% [markdown] id="md-12-40" tags=["caption"]
+# *Figure: the run's dispatch and combine all-to-alls as matrices: token rows each rank sends to each expert's rank, and the same rows back.*
+
 # %% tags=["nbval-check-output"]
 EP = [q["ep"] for q in run.results]   # from section 1's run
 for rank, r in enumerate(EP):
@@ -344,6 +421,9 @@ ax.set_ylim(0, 1.45 * max(per_expert))
 ax.legend(fontsize=8, loc="upper left", ncol=2)
 fig.tight_layout()
 
+# %% [markdown] id="md-12-41" tags=["caption"]
+# *Figure: tokens routed to each expert, stacked by the rank they came from (measured); unequal bars are the imbalance printed above.*
+
 # %% [markdown] id="md-12-34"
 # Even an untrained router on random tokens loads experts unevenly (the ratios above), and every rank
 # waits for the busiest at the combine. So MoE training usually adds a *load-balancing* loss and
@@ -362,6 +442,9 @@ fig.tight_layout()
 pl = disttutor.launch(PROGRAM, nproc=4, args={"part": "placements"}, **LAUNCH)
 print(pl.command)
 viz.one_dim_figure(pl.results);
+
+# %% [markdown] id="md-12-42" tags=["caption"]
+# *Figure: `Shard(0)`, `Shard(1)` and `Replicate()` on 4 ranks: the ranks storing each element; below, `Partial()`'s four addends and their sum.*
 
 # %% tags=["proof", "nbval-check-output"]
 ONE = [r["placements"]["one_dim"] for r in pl.results]
@@ -386,6 +469,9 @@ print(check_one_dim_placements(ONE))
 # %%
 viz.two_dim_figure(pl.results);
 
+# %% [markdown] id="md-12-43" tags=["caption"]
+# *Figure: an 8 × 8 weight on the 2 × 2 mesh under four placements: which ranks store each element; compare `(S(0), S(0))` with FSDP2 over TP.*
+
 # %% tags=["nbval-check-output"]
 TWO = [r["placements"]["two_dim"] for r in pl.results]
 coords = [tuple(r["placements"]["coordinate"]) for r in pl.results]
@@ -403,6 +489,43 @@ print(check_two_dim_placements(nested, strided, TWO[0]["FSDP2 over TP"]["placeme
 # Coordinate (0, 1) holds rows 2–3 under `(Shard(0), Shard(0))` but 4–5 under FSDP2 over TP: `dp = 0`
 # stores rows 0, 1, 4, 5, the same sub-block *inside each* `tp` shard. DTensor writes that
 # `_StridedShard(dim=0, sf=2)`; `full_tensor()` and DCP put the rows back in order.
+
+# %% [markdown] id="md-12-45"
+# ## Puzzles
+#
+# One exact answer each: write yours into `mine`, then run the cell.
+
+# %% tags=["puzzle"]
+puzzle("12.z1", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("12.z2", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("12.z3", mine=None)
+
+# %% tags=["puzzle"]
+puzzle("12.z4", mine=None)
+
+# %% [markdown] id="md-12-44"
+# ## Worked problems
+#
+# Write your number into `mine`, run the cell, then open the worked answer.
+
+# %% tags=["problem"]
+problem("12.p1", mine=None)
+
+# %% tags=["problem"]
+problem("12.p2", mine=None)
+
+# %% tags=["problem"]
+problem("12.p3", mine=None)
+
+# %% tags=["problem"]
+problem("12.p4", mine=None, seq=CFG.seq, batch=CFG.batch, dim=CFG.dim, t=RANKS)
+
+# %% tags=["problem"]
+problem("12.p5", mine=None)
 
 # %% [markdown] id="md-12-19" tags=["takeaways"]
 # ## Key takeaways

@@ -31,22 +31,26 @@ import matplotlib.pyplot as plt
 import disttutor
 from disttutor.launcher.results import format_table
 from disttutor.scale import costmodel, failures, fit, hardware, local, planner, problems, shapes
-from disttutor.viz import scale as viz
+from disttutor.checks.bench import check_bench
+from disttutor.checks.cost_model import check_ddp_step
+from disttutor.viz import roofline, scale as viz
 
 CORES = disttutor.cores()
 N = 2  # ranks for every local run: one per core of the course's reference machine
 LAUNCH = dict(stream=False, timeout=240)
 print(f"{CORES} CPU cores; load average now {os.getloadavg()[0]:.1f}")
 
-# %% [markdown] id="md-13-03"
+# %% [markdown] id="md-13-03" tags=["derivation"]
 # ## 1. Three constants, fitted here
 #
 # A collective's time has two parts. **Latency** α: the fixed cost of one call (waking the other ranks,
-# a round trip, library overhead), whatever the size. **Bandwidth** $B$: bytes per second a rank moves;
-# β = 1/B. Compute has one constant, γ: the sustained matmul rate in FLOP/s.
+# a round trip, library overhead), whatever the size. **Bandwidth** $B$: bytes per second a rank moves.
+# Compute has one constant, γ: the sustained matmul rate in FLOP/s.
 #
 # How many bytes does each rank move? A ring all-reduce of $S$ bytes over $n$ ranks is a reduce-scatter
-# then an all-gather; in each, every rank sends $n-1$ chunks of $S/n$. So
+# then an all-gather; in each, every rank sends $n-1$ chunks of $S/n$. Chapter 2 charged α at each of
+# the $2(n-1)$ steps, $2(n-1)\alpha + \frac{2(n-1)}{n}\frac{S}{B}$; a fit of whole calls sees only the
+# sum of those fixed costs, so from here on α is one *call's* fixed cost:
 #
 # $$t_\text{all-reduce} = \alpha + \frac{2(n-1)}{n}\cdot\frac{S}{B}, \qquad
 #   t_\text{all-gather} = t_\text{reduce-scatter} = \alpha + \frac{n-1}{n}\cdot\frac{S}{B}$$
@@ -55,8 +59,7 @@ print(f"{CORES} CPU cores; load average now {os.getloadavg()[0]:.1f}")
 # point-to-point sends moves fewer bytes per rank, so nccl-tests (`doc/PERFORMANCE.md`) prints the **bus bandwidth**
 # `busbw = (S/t) × factor(n)`: one number to compare with the link's rating, whatever `n`.
 #
-# To measure $t$, time a collective the way it behaves in training: warm up first, start the ranks
-# together, and take the *slowest* rank (the call is done when the last rank is). Two live ranks:
+# To measure $t$, time a collective. Two live ranks, each timing five calls with its own clock, nothing more:
 
 # %%
 %load_ext disttutor
@@ -64,29 +67,45 @@ print(f"{CORES} CPU cores; load average now {os.getloadavg()[0]:.1f}")
 
 # %%
 %%ranks
-import statistics, time
+import time
 
 x = torch.zeros(1 << 18)                   # 1 MiB of float32
-for _ in range(2):
-    dist.all_reduce(x)                     # warm-up: connections, buffers
 times = []
-for _ in range(5):
-    dist.barrier()                         # start together
+for _ in range(5):                         # no warm-up, no barrier, this rank's clock only
     t0 = time.perf_counter()
     dist.all_reduce(x)
     times.append(time.perf_counter() - t0)
-slowest = torch.tensor(times)
-dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # per call, the slowest rank's time
-f"median of 5: {statistics.median(slowest.tolist()) * 1e3:.2f} ms"
+"ms per call: " + ", ".join(f"{t * 1e3:.2f}" for t in times)
 
 # %%
 %ranks stop
 
 # %% [markdown] id="md-13-07"
-# Both ranks print the same median: after the `MAX` all-reduce they hold the same times. Timing rank 0
-# alone, or skipping the warm-up or the barrier, measures something else. The program `scale_bench` times
-# all four collectives the same way at five sizes (median of 5 calls), plus square matmuls on every rank
-# at once and one checkpoint save (used in section 6). A straight-line fit per collective gives α and B:
+# Which is the call's time? Early calls can pay for set-up, a rank that starts early times its wait, and a
+# call ends when its *last* rank does.
+#
+# **Exercise 13.2.** Write `bench_all_reduce(x, warmup, iters)`: on every rank, `warmup` untimed calls,
+# then `iters` calls each timed right after a barrier; return, on every rank, the median over calls of the
+# slowest rank's seconds. Checked against `scale_bench`'s timing, on 2 gloo ranks.
+
+# %%
+card("13.2")
+
+
+# %%
+def bench_all_reduce(x, warmup, iters):
+    raise NotImplementedError("Exercise 13.2: warm up, time each call after a barrier, median of the slowest rank")
+
+
+# %%
+hint("13.2")
+
+# %%
+print(check_bench(bench_all_reduce))
+
+# %% [markdown] id="md-13-25"
+# `scale_bench` times all four collectives that way at five sizes, plus matmuls and one checkpoint save
+# (section 6). A line per collective gives α and B:
 
 # %%
 bench = disttutor.launch("scale_bench", nproc=N, **LAUNCH,
@@ -117,6 +136,9 @@ assert gamma > 0 and set(links) == set(costmodel.COLLECTIVES)
 print(sorted(links), "each with alpha >= 0 and bandwidth > 0:",
       all(l.alpha >= 0 and l.bandwidth > 0 for l in links.values()))
 
+# %% [markdown] id="md-13-21" tags=["caption"]
+# *Figure: each collective's measured time per call (dots) and its fitted line t = α + S·factor/B on log axes: the line's flat left end is α, its slope-one right end the bandwidth.*
+
 # %% [markdown] id="md-13-04"
 # Without GPUs the "network" is gloo over the loopback interface (with a GPU per rank, NCCL). Each collective gets its own α and bandwidth,
 # and on gloo they differ (the table above); the model needs no reason, only the two numbers.
@@ -134,6 +156,16 @@ print(sorted(links), "each with alpha >= 0 and bandwidth > 0:",
 #   each; and DDP on the same model;
 # * chapter 7's GPipe (`pipeline`, $p = 2$ stages of two 1,024-wide layers, $m = 4$ micro-batches of 64
 #   rows): $(m + p - 1)$ slots of the slowest stage, plus $2(p-1)$ hand-offs (fill and drain).
+
+# %% [markdown] id="md-13-26" tags=["derivation"]
+# **Each layout's step, from the ring.** $\Phi$: a rank's matmul FLOPs per step; $t_\text{AR}$ as above,
+# $t_\text{AG}(S) = t_\text{RS}(S) = \alpha + \frac{n-1}{n}\frac{S}{B}$.
+#
+# * DDP: $\Phi/\gamma + t_\text{AR}(S_g) - t_\text{hidden}$; one bucket starts after backward: $t_\text{hidden} = 0$.
+# * FSDP, per unit: $3\,t_\text{AG}(S_u)$ (gather, gather again, reduce-scatter); this section's model adds it to the
+#   compute without overlap, and gathers the root unit once (section 5's planner lets it hide).
+# * TP over $y$ ranks: $4\,t_\text{AR}(S_a)$ per layer with $n = y$, exposed: the next matmul needs the sum.
+# * PP: $(m + p - 1)\,t_s + 2(p-1)(\alpha + S_a/B)$.
 
 # %%
 DDP = {"time": True, "wrappers": ("torch",), "hidden": (512, 512, 512), "batch": 512, "samples": 1024,
@@ -184,12 +216,33 @@ assert all(r["missing term (if not)"] for r in rows if not r["within 25 %"])  # 
 print(f"checked: predicted/measured {lo:.2f}-{hi:.2f}; every run outside 25 % names its missing term")
 
 # %% [markdown] id="md-13-06"
-# **Reading it.** A ratio below 1 means the run took longer than α, β and γ account for. The model leaves
+# **Reading it.** A ratio below 1 means the run took longer than α, B and γ account for. The model leaves
 # out work that is neither FLOPs nor bytes on the wire: the optimizer's element-wise update
 # (memory-bound), hooks and copies, Python between kernels. With tiny models that work is a large share
 # of a step, and other processes' load stretches every measured time: where the ratio is below 1, the model is
 # a *lower bound*. On a GPU cluster these terms shrink (fused optimizers,
-# Python running ahead of the GPU), so section 4 uses the same model with one calibration factor.
+# Python running ahead of the GPU), so section 4 uses the same model with one calibration factor per GPU type.
+
+# %% [markdown] id="md-13-27"
+# **Exercise 13.1.** Write `ddp_step(machine, model, batch)`: seconds per step of `model` (`nn.Linear`
+# layers, float32, one bucket) on `batch` rows per rank, from `machine.gamma`, `machine.n` and
+# `machine.links["all_reduce"]`. Checked against the course's model, then against your DDP run above.
+
+# %%
+card("13.1")
+
+
+# %%
+def ddp_step(machine, model, batch):
+    raise NotImplementedError("Exercise 13.1: compute (forward + backward) plus the exposed all-reduce, in seconds")
+
+
+# %%
+hint("13.1")
+
+# %%
+print(check_ddp_step(ddp_step, machine=machine, measured=measured["DDP (ch 4)"],
+                     dims=(16, *DDP["hidden"], 4), batch=DDP["batch"] // N))
 
 # %% [markdown] id="md-13-08"
 # ## 3. Swap the hardware
@@ -219,88 +272,115 @@ print(f"{N} ranks of this machine (measured constants): {here * 1e3:.0f} ms -- {
 print(f"peak compute: H100 {hardware.H100.peak_flops.value / 1e12:.1f} TFLOP/s (reported) vs gamma here "
       f"{gamma / 1e9:.1f} GFLOP/s (measured): {hardware.H100.peak_flops.value / gamma:,.0f} x")
 
+# %% [markdown] id="md-13-28" tags=["derivation"]
+# **The roofline.** A kernel doing $\Phi$ FLOPs on $Q$ bytes of memory traffic has intensity $I = \Phi/Q$
+# and runs at most at $\min(C,\; I\,B_\text{mem})$ ($C$ peak FLOP/s, $B_\text{mem}$ memory bandwidth):
+# memory-bound below $I^* = C/B_\text{mem}$. An $n^3$ matmul in $e$-byte numbers: $I = 2n^3/(3e\,n^2) = 2n/(3e)$,
+# so $n/3$ in bf16; a float32 vector add: $1/12$.
+
+# %% tags=["schematic"]
+import statistics
+import time
+
+import torch
+
+torch.set_num_threads(1)                   # one core, as each rank computes
+a, b, c = (torch.ones(1 << 23) for _ in range(3))  # 32 MiB each
+times = []
+for _ in range(6):
+    t0 = time.perf_counter()
+    torch.add(a, b, out=c)                 # reads a and b, writes c
+    times.append(time.perf_counter() - t0)
+mem_bw = 3 * a.numel() * 4 / statistics.median(times[1:])  # the first call is a warm-up
+print(f"memory bandwidth, one core here (measured): {mem_bw / 1e9:.1f} GB/s; "
+      f"H100 (reported): {hardware.H100_HBM_BW.value / 1e9:,.0f} GB/s")
+fig = roofline.plot_roofline([("this machine: gamma, one core (measured)", gamma, mem_bw),
+                              ("H100 SXM, bf16 peak, HBM3 (reported)", hardware.H100.peak_flops.value,
+                               hardware.H100_HBM_BW.value)],
+                             kernels=[("vector add", 1 / 12), ("bf16 matmul n = 512", 512 / 3)])
+plt.show()
+
+# %% tags=["proof"]
+ridge_here, ridge_h100 = roofline.ridge(gamma, mem_bw), roofline.ridge(hardware.H100.peak_flops.value,
+                                                                       hardware.H100_HBM_BW.value)
+assert ridge_here < 512 / 3 < ridge_h100, (ridge_here, ridge_h100)
+print(f"checked: ridges {ridge_here:.1f} (here) and {ridge_h100:.0f} (H100) FLOP/B, the matmul's 171 between them")
+
+# %% [markdown] id="md-13-29" tags=["caption"]
+# *Figure: attainable FLOP/s against intensity (dots: ridges); the matmul's 171 FLOP/B is compute-bound on this machine's line, memory-bound on the H100's bf16 line.*
+
 # %% [markdown] id="md-13-10"
 # ## 4. Checked against published runs
 #
-# Five published runs, each predicted by `planner.predict` from the H100 preset and the model's shape
-# (Llama 3 paper, Table 3, *reported*; vocabulary 128,256: the released `config.json`, not Table 3's 128,000):
+# `disttutor.scale.published` holds published runs with complete layouts (TP, CP, PP, DP and its ZeRO stage,
+# micro-batch, recomputation), every figure *reported* by its source; a row's notes name what it assumes or derives:
 #
-# * **Llama 3 405B**, Table 4 of "The Llama 3 Herd of Models" (arXiv 2407.21783, §3.3.2), 16M tokens per
-#   batch, *reported*: 8,192 GPUs, TP 8 × PP 16 × DP 64, 8K tokens → 430 TFLOPs/GPU (43 % MFU); 16,384 GPUs,
-#   DP 128 → 400 (41 %); 16,384 GPUs, TP 8 × CP 16 × PP 16 at 131K → 380 (38 %). For that last row the table
-#   prints DP 4, which multiplies to 8,192 GPUs, not 16,384; this page uses DP 8 (*derived*: 16,384 / (8 ×
-#   16 × 16)). Their FSDP shards the model, the optimizer state and the gradients, and does not reshard
-#   the weights after the forward; the nearest layout here is ZeRO-2 (one all-gather and one
-#   reduce-scatter per step, the weights counted whole in memory). Their interleaving depth `v = 4` is **assumed**.
-# * **torchtitan** `llama3_h100_202412_torchtitan.md`, Llama 3.1 8B, FSDP, local batch 2, selective activation
-#   checkpointing, *reported*: 5,762 tokens/s/GPU on 8 H100s, 5,605 on 128. Sequence length 8,192 is
-#   **assumed** (the `llama3_8b.toml` default); those H100s were 500 W HBM2e parts, below the SXM peak.
+# * **Llama 3 405B** (arXiv 2407.21783, Table 4): TFLOPs/GPU on 8,192 and 16,384 H100s; the 131K row prints
+#   DP 4, which gives 8,192 GPUs, so DP 8 here (*derived*); `v = 4` **assumed**.
+# * **torchtitan** (`llama3_h100_202412_torchtitan.md`): Llama 3.1 8B, FSDP, 8 and 128 H100s; sequence 8,192 **assumed**.
+# * **llm-foundry** (MosaicML): MPT 1B–70B, FSDP on 8–128 A100s or H100s.
+# * **MT-NLG 530B** (arXiv 2201.11990): TP 8 × PP 35 on 2,240–3,360 A100s, seconds per step.
 #
-# **MFU** (model FLOPs utilization) is model FLOPs per second (tokens/s × FLOPs per token, recomputation
-# not counted) over the hardware's peak; **CP** (context parallelism) splits each sequence over ranks.
-# First every matmul at peak (`efficiency = 1`), then **one** calibration factor for all rows: the
-# geometric mean of published / predicted, never tuned per row.
+# **MFU** counts the model's FLOPs per second over the peak; **HFU** adds the recomputed forward. A preset's
+# **efficiency** (*derived*) is the geometric mean of published / predicted speed at peak over its
+# **calibration** rows (H100: Llama 3 on 8,192 and 16,384 GPUs, torchtitan on 8, MPT 7B, 13B, 30B; A100:
+# MPT 7B, 13B, 70B, MT-NLG on 2,240); the rest are **held out**. A **residual** is published / predicted
+# speed at that efficiency; rows print in `published.RUNS` order.
 
 # %%
-L405, L8 = shapes.LLAMA3_405B, shapes.LLAMA3_8B
-PUBLISHED = [  # (run, shape, layout, seq, global batch in sequences, metric, published value) -- reported
-    ("Llama 3 405B, 8,192 GPUs", L405, planner.Layout(dp=64, tp=8, pp=16, zero=2, v=4), 8192, 2048, "TFLOPs/GPU", 430),
-    ("Llama 3 405B, 16,384 GPUs", L405, planner.Layout(dp=128, tp=8, pp=16, zero=2, v=4), 8192, 2048, "TFLOPs/GPU", 400),
-    # dp=8 derived (16,384 / (8 x 16 x 16)): Table 4 prints DP 4 for this row, which multiplies to 8,192 GPUs
-    ("Llama 3 405B, 16,384, 131K, DP 8 derived", L405, planner.Layout(dp=8, tp=8, pp=16, cp=16, zero=2, v=4), 131072, 128,
-     "TFLOPs/GPU", 380),
-    ("torchtitan 8B FSDP, 8 H100", L8, planner.Layout(dp=8, zero=3), 8192, 16, "tokens/s/GPU", 5762),
-    ("torchtitan 8B FSDP, 128 H100", L8, planner.Layout(dp=128, zero=3), 8192, 256, "tokens/s/GPU", 5605),
-]
-for name, _, lay, seq, gb, _, _ in PUBLISHED:
-    if name.startswith("Llama"):
-        assert seq * gb == 16 * 2**20  # Table 4: "16M" tokens per batch in every row
-    else:
-        assert gb == 2 * lay.n         # torchtitan: local batch 2
+from disttutor.checks.claims.ch13 import check_llama_layouts
+from disttutor.scale import calibration, published
 
-
-def metric_of(p, metric):
-    return p.tflops_per_gpu if metric == "TFLOPs/GPU" else p.tokens_per_s_per_gpu
-
-
-raw = [metric_of(planner.predict(s, lay, hardware.H100, seq, gb), metric)
-       for _, s, lay, seq, gb, metric, _ in PUBLISHED]
-ratios = [row[-1] / r for row, r in zip(PUBLISHED, raw)]
-CAL = math.exp(sum(math.log(r) for r in ratios) / len(ratios))  # one factor: geometric mean over the rows
-cal = [planner.predict(s, lay, hardware.H100, seq, gb, efficiency=CAL) for _, s, lay, seq, gb, _, _ in PUBLISHED]
-print(format_table([{"run": row[0], "metric": row[5], "published (reported)": row[6],
-                     "predicted, peak (derived)": round(r), "published/predicted": round(row[6] / r, 2),
-                     f"predicted, {CAL:.2f} of peak": round(metric_of(p, row[5])), "residual": round(row[6] / metric_of(p, row[5]), 2),
-                     "MFU predicted": f"{p.mfu:.0%}"}
-                    for row, r, p in zip(PUBLISHED, raw, cal)]))
-print(f"one calibration factor for all rows (derived): efficiency = {CAL:.2f} of peak")
-tt8, tt128 = (p.tokens_per_s_per_gpu for p in cal[3:])
-print(f"torchtitan 8 -> 128 GPUs: published {PUBLISHED[4][-1] / PUBLISHED[3][-1] - 1:+.1%}, "
-      f"predicted {tt128 / tt8 - 1:+.1%} (derived)")
+rows = calibration.residuals()
+for k in ("H100", "A100"):
+    cal = [r for r in rows if r["hardware"] == k and r["role"] == "calibration"]
+    peak = [r["published"] / r["predicted at peak"] if r["metric"] != "step_s" else r["predicted at peak"] / r["published"]
+            for r in cal]
+    res = " ".join(f"{r['residual']:.2f}" for r in cal)
+    print(f"{k}, calibration rows at peak: {' '.join(f'{x:.2f}' for x in peak)}; "
+          f"their geometric mean, efficiency = {hardware.PRESETS[k].efficiency.value:.3f} of peak (derived)")
+    print(f"{k}, calibration residuals: {res}")
+held = [r for r in rows if r["role"] == "held-out"]
+for family in ("Llama 3", "torchtitan", "MPT H100", "MPT A100", "MT-NLG"):
+    res = [f"{r['residual']:.2f}" for r in held if r["run"].startswith(family)]
+    print(f"held out, {family} ({len(res)}): {' '.join(res)}")
+for role, sub in (("calibration", [r for r in rows if r["role"] == "calibration"]), ("held-out", held)):
+    print(f"{role}: {calibration.within(sub):.0%} of {len(sub)} rows within 25 %, "
+          f"{calibration.within(sub, 0.5):.0%} within x1.5 (derived)")
+mpt = next(r for r in rows if r["run"] == "MPT H100 30b seq 2048, 32 GPUs, AC")
+print(f"full recomputation, MPT 30B on 32 H100: MFU {mpt['MFU']:.0%}, HFU {mpt['HFU']:.0%} (derived)")
+CAL = hardware.H100.efficiency.value  # section 5 plans on H100s at this calibrated efficiency
+L405, L8 = shapes.LLAMA3_405B, shapes.LLAMA3_8B  # the shapes later sections use
 
 # %% tags=["proof", "nbval-check-output"]
-# Every row's layout multiplies to the GPU count its source reports; the 131K row only with its derived DP 8.
-GPUS = [8192, 16384, 16384, 8, 128]  # reported: the runs' GPU counts
-assert [row[2].n for row in PUBLISHED] == GPUS
+# Every Llama row's layout multiplies to the GPU count Table 4 reports; the 131K row only with its derived DP 8.
+llama = [r for r in published.RUNS if r.source == published.LLAMA3]
+GPUS = [8192, 16384, 16384]  # reported: the runs' GPU counts
 as_printed = 8 * 16 * 16 * 4  # Table 4's 131K row: TP 8 x CP 16 x PP 16 x DP 4
-assert as_printed == 8192 and PUBLISHED[2][2].dp == 8
-print(f"layouts multiply to the reported GPU counts {GPUS}; the 131K row as printed (DP 4) gives {as_printed:,}")
+print(check_llama_layouts(llama, GPUS, tokens_per_batch=16 * 2**20, as_printed=as_printed))  # "16M" tokens a batch
 
 # %% [markdown] id="md-13-11"
-# **Where the model is off, and why.** At peak the model is far too optimistic on every row: real kernels
-# reach a fraction of peak, and some communication it treats as hidden is not. The one factor absorbs
-# most of that; not:
-#
-# * the model overestimates the **torchtitan** rows (residual below 1) and underestimates the Llama rows:
-#   torchtitan's GPUs had a lower peak than the preset (torchtitan's own note), and their selective
-#   recomputation is not modelled;
-# * at the calibrated efficiency the model hides FSDP's traffic at 128 GPUs, so it predicts no loss from
-#   8 to 128 GPUs, where torchtitan reports a small one (printed above): overlap is never perfect;
-# * the **131K** row depends on how attention FLOPs are counted (here the PaLM paper's 12·L·h·s per token,
-#   no causal discount; Meta cites PaLM for MFU but gives no count); at 131K attention is more than half the FLOPs;
-# * the 8K Llama rows move with the assumed `v` (the bubble is (p − 1)/(v·m)).
+# **Where the model is off.** One efficiency per hardware absorbs most of the gap to peak, not all:
+# **torchtitan**'s GPUs had a lower peak than the preset, and its selective policy recomputes half the
+# matmuls; **MT-NLG** ran older software than the MPT runs on the same A100s; at **long sequences** attention
+# (12·L·h·s a token, no causal discount) is most of the FLOPs; the Llama rows move with the assumed `v`.
 
-# %% [markdown] id="md-13-12"
+# %% [markdown] id="md-13-50"
+# **Memory at the peak.** `planner.memory` adds transient parts to the static bytes (weights, gradients, optimizer state): FSDP's **units in flight**
+# (the current and next unit gathered in bf16, and their gradients; under a pipeline torchtitan keeps the
+# stage gathered, with fp32 gradients); the fp32 **logits** and their gradient (tokens × vocabulary × 8
+# bytes); a 10 % **allocator reserve** (**assumed**). Against torchtitan's peak memory (*reported*; its
+# micro-batch counts **assumed**):
+
+# %%
+print("GiB per GPU; published: reported (torchtitan); predicted and its parts: derived")
+print(format_table([{"run": r["run"].replace("torchtitan ", "").replace("FSDP 8 x TP 8 x PP 8, ", ""),
+                     "published": r["published GiB"], "predicted": round(r["predicted GiB"], 1),
+                     "ratio": round(r["predicted/published"], 2),
+                     **{k: round(r[k], 1) for k in ("activations", "logits", "units")}}
+                    for r in calibration.memory_rows()]))
+
+# %% [markdown] id="md-13-12" tags=["derivation"]
 # ## 5. The planner
 #
 # A step is **compute-bound** when the arithmetic sets its time, **communication-bound** when waiting
@@ -309,7 +389,7 @@ print(f"layouts multiply to the reported GPU counts {GPUS}; the 131K row as prin
 # replica processes per step, $y$ the TP degree.
 #
 # *FSDP.* Compute is $6PT$ FLOPs, so $6PT/C$ seconds. The traffic is two all-gathers of the bf16 weights
-# and one reduce-scatter of the bf16 gradients, about $3 \cdot 2P$ bytes, so $6P/W$ seconds. It hides when
+# and one reduce-scatter of the bf16 gradients, $3 \cdot \frac{n-1}{n} \cdot 2P \approx 6P$ bytes, so $6P/W$ seconds. It hides when
 # $$\frac{6PT}{C} > \frac{6P}{W} \iff T > \frac{C}{W}.$$
 # *TP.* Per token and layer, the MLP's matmuls give each GPU about $2hF/y$ FLOPs (times a constant), and
 # the all-reduce of its output moves about $2h$ bytes (times the same order of constant):
@@ -328,22 +408,37 @@ print(format_table([{**{k: (round(v, 3) if isinstance(v, float) else v) for k, v
 r70 = planner.rules(shapes.LLAMA3_70B, hardware.H100)
 print(f"C/W (derived): {r70['fsdp_min_tokens_per_replica']:,.0f} tokens per replica; "
       f"F·W/C over NVLink (derived): {r70['tp_max_degree']:.0f}-way")
+every = planner.rank_layouts(shapes.LLAMA3_70B, 512, hardware.H100, 8192, 512, efficiency=CAL, top=10_000)
+k, dp = next((i, p) for i, p in enumerate(every) if p.layout.tp == p.layout.pp == p.layout.cp == 1)
+print(f"pure data parallelism, best: {dp.row()['layout']}, rank {k + 1} at {dp.step_s:.2f} s a step")
 fig = viz.plot_step_split(best, "Llama 3 70B on 512 x H100 (derived)")
 plt.show()
 
+# %% [markdown] id="md-13-22" tags=["caption"]
+# *Figure: the six fastest layouts' step, split into compute, exposed communication and bubble (derived from the H100 preset); shorter bars are faster steps.*
+
 # %% [markdown] id="md-13-13"
-# Why this order: pure FSDP (DP 512) fits only with activation checkpointing (4/3 of the compute). Its
-# 8,192 tokens per replica are below $C/W$, yet its traffic hides: at the calibrated efficiency, attention's
-# FLOPs (which the rule leaves out) and the recomputation lengthen the compute. A few-way TP shrinks activations, multiplies
-# the tokens per replica, and stays under $FW/C$; pipelines add a bubble; 8-way TP exposes more than twice
-# 4-way's all-reduce time (the model never overlaps TP traffic). The model has no term for smaller, less efficient
-# matmuls at high TP; real planners measure that.
+# Why this order: pure FSDP (DP 512) fits only with activation checkpointing, whose 4/3 of the compute puts it
+# below these six (the last line above), although its traffic hides. 4-way TP shrinks the activations enough
+# for FSDP to fit without recomputation, multiplies the tokens per replica past $C/W$ and stays under $FW/C$;
+# 8-way TP exposes more than twice 4-way's all-reduce time (the model never overlaps TP traffic); pipelines add
+# a bubble. The model has no term for smaller, less efficient matmuls at high TP; real planners measure that.
 #
-# The widget redraws the same for the three Llama 3 models, other GPU counts, H100 or H200, sequence and batch (run the notebook
+# The widget redraws the same for the three Llama 3 models, other GPU counts, H100, H200 or A100, sequence and batch (run the notebook
 # in JupyterLab to use it; the figure above is its default):
 
 # %%
 viz.planner_widget(efficiency=CAL)
+
+# %% [markdown] id="md-13-23" tags=["caption"]
+# *Figure: the same split as a widget: pick a model, a GPU count or the hardware and watch which layout ranks first.*
+
+# %% [markdown] id="md-13-30" tags=["derivation"]
+# **MFU and HFU.** Training costs $6P$ FLOPs per token (attention aside); activation checkpointing redoes
+# the forward, $2rP$ more ($r$ the recomputed share):
+# $$\text{MFU} = \frac{6P \cdot \text{tokens/s per GPU}}{C}, \qquad
+#   \text{HFU} = \frac{(6 + 2r)\,P \cdot \text{tokens/s per GPU}}{C}.$$
+# $r = 1$: HFU $= \tfrac43$ MFU. Recomputation raises HFU and lowers MFU; only MFU compares layouts.
 
 # %% [markdown] id="md-13-14"
 # ## 6. Failures at scale
@@ -361,7 +456,7 @@ print(f"job MTBF: {job_mtbf / failures.HOUR:.2f} h; per GPU: {gpu_mtbf / failure
 print(format_table([{"GPUs": n, "job MTBF (h, derived)": round(failures.mtbf_for(n, gpu_mtbf) / failures.HOUR, 2)}
                     for n in (8, 1024, 16384, 131072)]))
 
-# %% [markdown] id="md-13-15"
+# %% [markdown] id="md-13-15" tags=["derivation"]
 # Save a checkpoint every τ seconds at a cost of δ seconds, with a job MTBF of $M$. Saving loses the
 # fraction $\delta/\tau$; a failure loses on average half an interval of work, plus the restart $R$:
 # $$\text{lost} \approx \frac{\delta}{\tau} + \frac{\tau/2 + R}{M}, \qquad
@@ -391,6 +486,9 @@ fig = viz.plot_checkpoint_interval(delta, job_mtbf, label=f"16,384 GPUs: δ = {d
                                                           f"M = {job_mtbf / failures.HOUR:.1f} h")
 plt.show()
 
+# %% [markdown] id="md-13-24" tags=["caption"]
+# *Figure: the useful fraction of wall time against the checkpoint interval (derived); it peaks at Young's interval τ, falling to the left (checkpoint stalls) and to the right (work lost per failure).*
+
 # %% [markdown] id="md-13-16"
 # The assumption "every GPU writes at this machine's speed, in parallel" is checked by its sum, printed
 # above next to what Meta's storage sustains (§3.3.1): above it, storage caps the sum and δ is longer.
@@ -405,10 +503,10 @@ plt.show()
 # | name | question (checked: unit) |
 # |---|---|
 # | `busbw` | nccl-tests: a 1 GiB all-reduce on 8 GPUs takes 4.0 ms. Which bus bandwidth does it print? (GB/s) |
-# | `fsdp_tokens` | H100 preset: how many tokens per replica per step hide FSDP's traffic? (tokens) |
-# | `tp_degree` | Llama 3 70B, F = 28,672, NVLink 450 GB/s: up to which TP degree is the MLP compute-bound? (way) |
-# | `mtbf` | 419 unexpected interruptions in 54 days on 16,384 GPUs: the job's MTBF? (h) |
-# | `young_daly` | That MTBF and δ = 60 s: how many minutes between checkpoints? (min) |
+# | `fsdp_tokens` | A100 preset: how many tokens per replica per step hide FSDP's traffic? (tokens) |
+# | `tp_degree` | Llama 3 70B, F = 28,672, NVLink 3 on A100s: up to which TP degree is the MLP compute-bound? (way) |
+# | `mtbf` | 419 unexpected interruptions in 54 days on 16,384 GPUs: a job's MTBF on 8,192 GPUs? (h) |
+# | `young_daly` | The 16,384-GPU job's MTBF and δ = 60 s: how many minutes between checkpoints? (min) |
 #
 # Three more have worked answers only: `bubble`, `state_405b`, `dp_allreduce` (read one with
 # `problems.PROBLEMS[name].question`).
@@ -436,8 +534,8 @@ for name, value in MY.items():
 #   transfers; memory-bound work (optimizers, element-wise ops) and per-op overhead come on top.
 # * The factors 2(n−1)/n and (n−1)/n turn any collective into bytes per rank: bus bandwidth is what to
 #   compare with a link's rating.
-# * At scale the model needs one calibration factor (kernel efficiency), and says where a row departs
-#   from it: hardware variants, attention counting, overlap, pipeline depth.
+# * At scale the model needs one calibration factor per GPU type (kernel efficiency, fitted on named
+#   published runs), and says where a row departs from it: hardware variants, attention counting, overlap.
 # * FSDP hides its traffic above $C/W$ tokens per replica per step; TP stays compute-bound up to about
 #   $FW/C$-way, which is why it lives inside an NVLink node.
 # * At 16,384 GPUs a failure every few hours makes checkpoint cost a throughput term: τ = √(2δM).

@@ -205,7 +205,7 @@ def run_check(exercise: str, checker: str, obj: Callable | str, name: str | tupl
     launch_kw["env"] = {guard.ENV_EXERCISE: exercise, guard.ENV_VIOLATIONS: refusals, **launch_kw.get("env", {})}
     # The ranks' own lines are not streamed (a checker's log is not for learners), so say that
     # something is running: a checker job takes a few seconds, more on a busy machine.
-    print(f"checking Exercise {exercise} on {nproc} ranks ...", end="", flush=True)
+    print(f"checking Exercise {exercise} on {nproc * launch_kw.get('nnodes', 1)} ranks ...", end="", flush=True)
     res = launch(checker, nproc, {"source": path, "name": name, **(args or {})}, timeout=timeout,
                  check=False, stream=False, **launch_kw)
     print(" done", flush=True)  # no time here: checker cells are compared by nbval

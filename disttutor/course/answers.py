@@ -136,10 +136,10 @@ def _():
 
 @_answer("5.q3")
 def _():
-    return ("- On each machine `torch.distributed.launch` starts 4 processes, and each calls `mp.spawn` with "
-            "`nprocs=device_count()`, 4 more: 16 per machine\n"
-            "- 32 training processes on the two machines, where 8 were meant (one per GPU)\n"
-            "- Each child takes its spawn index (0-3) as its rank in a world of 4: every rank is claimed 8 times, "
+    return ("- On each machine `torch.distributed.launch` starts 2 processes, and each calls `mp.spawn` with "
+            "`nprocs=device_count()`, 2 more: 4 per machine\n"
+            "- 12 training processes on the three machines, where 6 were meant (one per GPU)\n"
+            "- Each child takes its spawn index (0-1) as its rank in a world of 2: every rank is claimed 6 times, "
             "at one `MASTER_ADDR:MASTER_PORT`\n"
             "- The fix: one launcher. torchrun starts one process per GPU and sets `RANK`, `LOCAL_RANK` and "
             "`WORLD_SIZE`; the script only reads them.")

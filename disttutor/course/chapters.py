@@ -130,9 +130,17 @@ def header_markdown(number: int, build: dict | None = None, lang: str | None = N
 
 
 def header(number: int):
-    """Display the chapter's opening card (call it in the chapter's first code cell)."""
+    """Display the chapter's opening card (call it in the chapter's first code cell).
+
+    In a zh kernel it also turns on the Chinese of what the programs print (:mod:`~disttutor.course.zh_output`)."""
     from IPython.display import Markdown
 
+    from disttutor.course.lang import current
+
+    if current() == "zh":
+        from disttutor.course import zh_output
+
+        zh_output.install()
     return Markdown(header_markdown(number))
 
 

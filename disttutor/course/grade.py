@@ -15,7 +15,8 @@ of the answers (:mod:`disttutor.checks.guard`); :mod:`disttutor.course.isolated`
 happened. Without bubblewrap the grader stops, unless told ``--unsafe-no-sandbox``. An untouched
 stub, or code that imports the exercise's reference, needs no process: it is reported as the
 checker would. Prints a table, one row per learner and one column per exercise (pass, or FAIL with
-the checker's first message), and writes the same as CSV.
+the checker's first message), then the graded exercises with their kind (build, fix, puzzle),
+difficulty and minutes, and writes the table as CSV.
 """
 from __future__ import annotations
 
@@ -220,6 +221,14 @@ def table(results: list[Outcome], width: int = 60) -> str:
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
+def legend(results: list[Outcome]) -> str:
+    """The table's exercises, one line each: id, kind (build, fix, puzzle), difficulty, minutes, title."""
+    ids = [e for e in dict.fromkeys(r.exercise for r in results)
+           if any(r.exercise == e and r.status != "missing" for r in results)]
+    return "\n".join(f"{e.id:<5} {e.kind:<6} {e.difficulty:<7} {e.minutes:>3} min  {e.title}"
+                     for e in map(exercise, ids))
+
+
 def write_csv(results: list[Outcome], path: str) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -266,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"disttutor grade: error: {e}", file=sys.stderr)
         return 2
     print(table(results))
+    if legend(results):
+        print(f"\n{legend(results)}")
     write_csv(results, a.csv)
     print(f"\n{len({r.learner for r in results})} learners graded in {time.perf_counter() - t0:.0f}s; "
           f"CSV: {os.path.abspath(a.csv)}; processes left: {len(left)}")

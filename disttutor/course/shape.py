@@ -46,6 +46,8 @@ def _zh(chapter: int, key: str, english: str) -> str:
 
 
 _DIFFICULTY_ZH = {"warm-up": "热身", "core": "核心", "stretch": "进阶"}
+# the exercise's kind (registry.KINDS): write distributed code, repair a broken program, or a small puzzle
+_KIND_ZH = {"build": "动手实现", "fix": "修复程序", "puzzle": "小谜题"}
 
 
 def hint(exercise_id: str, level: int | None = None, lang: str | None = None) -> Shown:
@@ -65,18 +67,19 @@ def hint(exercise_id: str, level: int | None = None, lang: str | None = None) ->
 
 
 def card(exercise_id: str, lang: str | None = None) -> Shown:
-    """The line above an exercise's stub: what it is, how hard, how long, how to get help."""
+    """The line above an exercise's stub: what it is, what kind, how hard, how long, how to get help."""
     from disttutor.checks.registry import exercise
 
     e = exercise(exercise_id)
     if checked(lang) == "zh":
         start = "下面有错误的程序" if e.broken else "下面的存根"
-        return Shown(f"**练习 {e.id} — {_zh(e.chapter, f'title:{e.id}', e.title)}** · *{_DIFFICULTY_ZH[e.difficulty]}* · "
+        return Shown(f"**练习 {e.id} — {_zh(e.chapter, f'title:{e.id}', e.title)}** · {_KIND_ZH[e.kind]} · "
+                     f"*{_DIFFICULTY_ZH[e.difficulty]}* · "
                      f"约 {e.minutes} 分钟 · 修改{start}，然后运行它的检查 · 卡住了？它下面的 `hint(\"{e.id}\")` "
                      f"单元格共有 {len(e.hints)} 条提示，每运行一次给出下一条")
     start = "the broken program below" if e.broken else "the stub below"
     # Two lines (a markdown line break between them): each stays short enough to read at a glance.
-    return Shown(f"**Exercise {e.id} — {e.title}** · *{e.difficulty}* · about {e.minutes} min  \n"
+    return Shown(f"**Exercise {e.id} — {e.title}** · {e.kind} · *{e.difficulty}* · about {e.minutes} min  \n"
                  f"Edit {start}, then run its check; stuck? `hint(\"{e.id}\")` under it gives "
                  f"{len(e.hints)} hints, one more each time it runs")
 

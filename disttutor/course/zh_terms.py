@@ -61,8 +61,11 @@ def text_problems(units: dict[str, str], entries) -> list[str]:
     out = []
     texts = {k: prose(v) for k, v in units.items()}
     for e in entries:
+        # The term's own gloss may name an avoided rendering ("集体通信（NCCL 的中文名里叫集合通信）"): a reader
+        # meets it once, beside the term, as what they may see elsewhere.
+        glossed = {k: re.sub(re.escape(e["zh"]) + r"（[^）]*）", e["zh"], t) for k, t in texts.items()}
         for a in e.get("avoid", []):
-            out += [f"{k}: writes {a!r}; the glossary's term is {e['zh']!r}" for k, t in texts.items() if a in t]
+            out += [f"{k}: writes {a!r}; the glossary's term is {e['zh']!r}" for k, t in glossed.items() if a in t]
         keep = e.get("keep")
         if not keep:
             continue

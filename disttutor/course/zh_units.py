@@ -57,6 +57,17 @@ def units(number: int, cells: list[tuple[str | None, str]] | None = None) -> dic
             out[f"title:{e.id}"] = e.title
             out.update({f"hint:{e.id}:{i}": h for i, h in enumerate(e.hints, 1)})
     out.update({f"answer:{q}": ANSWERS[q]() for q in sorted(ANSWERS, key=_qorder) if chapter_of(q) == number})
+    from disttutor.course.problems import all_problems
+
+    for pid, p in all_problems().items():
+        if p.chapter == number:  # templates: the Chinese keeps the same {placeholders}
+            out[f"problem:{pid}:q"], out[f"problem:{pid}:w"] = p.question, p.working
+    from disttutor.course.puzzles import all_puzzles
+
+    for pid, z in all_puzzles().items():
+        if z.chapter == number:  # templates too: question, explanation, each named wrong answer's message
+            out[f"puzzle:{pid}:q"], out[f"puzzle:{pid}:w"] = z.question, z.explanation
+            out.update({f"puzzle:{pid}:x{i}": w for i, w in enumerate(z.wrong.values(), 1)})
     return out
 
 

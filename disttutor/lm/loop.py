@@ -1,13 +1,14 @@
 """Chapter 10's training loop: the article's §10.2 loop, corrected, checkpointed, and killable.
 
-Used by :mod:`disttutor.programs.lm_train` and by Exercise 10.1's checker
-(:mod:`disttutor.checks.resume`), so the run a learner's resume logic is compared with
-executes *the same* code. One optimiser step:
+Used by :mod:`disttutor.programs.lm_train` and by the checkers of Exercises 10.1
+(:mod:`disttutor.checks.resume`) and 10.2 (:mod:`disttutor.checks.lm_step`), so the run a
+learner's code is compared with executes *the same* code. One optimiser step
+(:func:`disttutor.lm.step.train_step`, or the ``step_fn`` handed to :func:`train`):
 
 1. ``accum`` micro-batches; all but the last backward run inside ``ddp.no_sync()`` (gradients
    only accumulate locally), the last one all-reduces the sum once (chapter 8);
 2. ``scaler.unscale_`` **before** ``clip_grad_norm_`` -- the norm is of the true gradients
-   (with bf16 or fp32 the scaler is disabled and both are no-ops);
+   (with bf16 or fp32 the scaler is disabled and both are no-ops, unless ``loss_scale`` is set);
 3. AdamW step, then the warm-up schedule's step;
 4. every ``ckpt_every`` steps, :func:`disttutor.lm.checkpoint.save` (atomic, rotated).
 
@@ -19,6 +20,7 @@ they resume from the newest complete checkpoint.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -57,6 +59,7 @@ class LMConfig:
     weight_decay: float = opt(0.01, "AdamW weight decay")
     clip: float = opt(1.0, "gradient-norm clipping threshold")
     amp: Literal["auto", "on", "off"] = opt("auto", "autocast: auto = on for CUDA, off on CPU (measured: not faster)")
+    loss_scale: float = opt(0.0, "a fixed GradScaler loss scale, also on CPU and in fp32 (0: the precision's own)")
     act_ckpt: bool = opt(True, "activation checkpointing (non-reentrant) around each layer")
     seed: int = opt(0, "seed of the weights, the data order and the dropout streams")
     eval_every: int = opt(20, "validation every this many steps (and at the end)")
@@ -71,12 +74,13 @@ class LMConfig:
     fail_rank: int = opt(1, "the rank that fails")
     fail_in_save: bool = opt(False, "fail inside the save at fail_at_step, after writing, before the commit")
     fail_always: bool = opt(False, "fail on every attempt: a rank lost for good")
+    step_source: str = opt("", "a .py file whose train_step(...) runs each step instead of the course's (lm_train)")
 
     def __post_init__(self):
         require_positive(self, "steps", "seq_len", "micro_batch", "accum", "d_model", "heads", "layers",
                          "eval_every", "eval_windows", "keep")
         require_non_negative(self, "warmup", "weight_decay", "clip", "sample_chars", "ckpt_every", "fail_rank",
-                             "profile_steps")
+                             "profile_steps", "loss_scale")
         if self.d_model % self.heads or self.d_model % 2:
             raise ValueError(f"d_model ({self.d_model}) must be even and a multiple of heads ({self.heads})")
         if not 0 <= self.dropout < 1 or not self.lr > 0:
@@ -147,8 +151,12 @@ def evaluate(model: torch.nn.Module, val: torch.Tensor, ctx: runtime.Context) ->
     return float(total[0] / total[1])
 
 
-def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None = None) -> dict[str, Any]:
-    """Train (resuming from ``cfg.ckpt_dir`` if it holds a checkpoint); returns what rank 0 reports."""
+def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None = None,
+          step_fn: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """Train (resuming from ``cfg.ckpt_dir`` if it holds a checkpoint); returns what rank 0 reports.
+
+    ``step_fn(ddp_model, optimizer, scheduler, scaler, micro_batches, loss_fn, clip)`` runs one
+    optimiser step and returns this rank's mean loss (default: :func:`disttutor.lm.step.train_step`)."""
     tok = corpus.tokenizer()
     train_ids, val_ids = corpus.splits()
     train_w = corpus.windows(train_ids, cfg.seq_len)
@@ -165,6 +173,8 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
     sched = torch.optim.lr_scheduler.LambdaLR(opt_, schedule(cfg))
     prec = perf.precision(ctx.device) if (cfg.amp == "on" or (cfg.amp == "auto" and cuda)) else None
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=bool(prec and prec.scaler))
+    if cfg.loss_scale:  # a fixed scale (it never grows in a short run): the scaled gradients are really scaled
+        scaler = torch.amp.GradScaler(ctx.device.type, init_scale=cfg.loss_scale, growth_interval=2**30)
     # [/teach setup]
     torch.manual_seed(cfg.seed + 1 + ctx.rank)  # each rank's own dropout stream
     history: dict[str, Any] = {"loss": [], "val": {}, "lr": []}
@@ -189,6 +199,13 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
     if cfg.sample_chars and done == 0 and ctx.rank == 0:
         out["text_before"] = tok.decode(lm.generate(model, tok.encode("And God said"), cfg.sample_chars, seed=1))
     times = {"data": 0.0, "local": 0.0, "sync": 0.0, "step": 0.0}
+    if step_fn is None:
+        from disttutor.lm.step import train_step  # imported here: Exercise 10.2 refuses the module to learners
+        step_fn = functools.partial(train_step, times=times)
+
+    def loss_fn(m: torch.nn.Module, xb: torch.Tensor) -> torch.Tensor:  # a micro-batch's mean loss
+        with torch.autocast(ctx.device.type, dtype=prec.dtype) if prec else contextlib.nullcontext():
+            return lm.window_loss(m, xb)
     desc = f"training (attempt {attempt() + 1})"
     t_start = time.perf_counter()
     # record_function regions are the names chapter 9's disttutor.troubleshoot.traces reads (and cost ~nothing
@@ -201,37 +218,18 @@ def train(cfg: LMConfig, ctx: runtime.Context, resume: Callable[..., int] | None
                 history["val"][str(step)] = evaluate(model, val_w, ctx)
                 runtime.progress(step, cfg.steps, desc=desc, val=history["val"][str(step)])  # for a live plot
             # [teach step]
-            opt_.zero_grad(set_to_none=True)
-            step_loss = torch.zeros((), device=ctx.device)
-            for j in range(cfg.accum):
-                t0 = time.perf_counter()
-                with record_function("data"):
-                    xb = corpus.micro_batch(train_w, step * cfg.accum + j, cfg.micro_batch, ctx.rank,
-                                            ctx.world_size, cfg.seed).to(ctx.device)
-                t1 = time.perf_counter()
-                last = j == cfg.accum - 1
-                # no_sync(): accumulate locally; only the last backward of the step all-reduces.
-                with (contextlib.nullcontext() if last else ddp.no_sync()):
-                    with record_function("forward"):
-                        with torch.autocast(ctx.device.type, dtype=prec.dtype) if prec else contextlib.nullcontext():
-                            loss = lm.window_loss(ddp, xb) / cfg.accum  # / accum: the step's gradient is a mean
-                    with record_function("backward"):  # (activation checkpointing re-runs forward in here)
-                        scaler.scale(loss).backward()
-                step_loss += loss.detach()
-                times["data"] += t1 - t0
-                times["sync" if last else "local"] += time.perf_counter() - t1
-            t2 = time.perf_counter()
+            t0 = time.perf_counter()
+            with record_function("data"):
+                batches = [corpus.micro_batch(train_w, step * cfg.accum + j, cfg.micro_batch, ctx.rank,
+                                              ctx.world_size, cfg.seed).to(ctx.device) for j in range(cfg.accum)]
+            times["data"] += time.perf_counter() - t0
+            history["lr"].append(sched.get_last_lr()[0])
+            loss = step_fn(ddp, opt_, sched, scaler, batches, loss_fn, cfg.clip)
             with record_function("optimizer"):
-                scaler.unscale_(opt_)  # clip the TRUE gradients (a no-op when the scaler is disabled)
-                torch.nn.utils.clip_grad_norm_(ddp.parameters(), cfg.clip)
-                scaler.step(opt_)
-                scaler.update()
-                history["lr"].append(sched.get_last_lr()[0])
-                sched.step()
+                step_loss = torch.as_tensor(loss, dtype=torch.float32, device=ctx.device).detach().clone()
                 dist.all_reduce(step_loss)  # the reported loss is the mean over ranks (one scalar)
             # [/teach step]
             history["loss"].append(float(step_loss) / ctx.world_size)
-            times["step"] += time.perf_counter() - t2
             runtime.progress(step + 1, cfg.steps, desc=desc, loss=history["loss"][-1])
             if ctx.rank == 0 and cfg.ckpt_dir:
                 with open(os.path.join(cfg.ckpt_dir, "history.jsonl"), "a") as f:

@@ -8,6 +8,8 @@ a notebook can compare two runs parameter by parameter::
     disttutor run lm_train -n 2 -- --steps 60
     disttutor run lm_train -n 2 -- --steps 24 --ckpt-dir /tmp/ck --ckpt-every 4 --fail-at-step 10
         # needs torchrun --max-restarts=1 (launch(..., max_restarts=1)) to come back
+    disttutor run lm_train -n 2 -- --steps 40 --step-source my_step.py
+        # every optimiser step runs my_step.py's train_step (Exercise 10.2) in the same loop
 """
 from __future__ import annotations
 
@@ -30,7 +32,11 @@ def run(cfg: LMConfig) -> None:
     with runtime.setup() as ctx:
         if cfg.fail_rank >= ctx.world_size and cfg.fail_at_step >= 0:
             raise ValueError(f"fail_rank {cfg.fail_rank} does not exist in a job of {ctx.world_size} ranks")
-        out = train(cfg, ctx)
+        step_fn = None
+        if cfg.step_source:  # Exercise 10.2: the learner's step, in the course's loop
+            from disttutor.checks.adapter import load_exercise
+            step_fn = load_exercise(cfg.step_source, "train_step")
+        out = train(cfg, ctx, step_fn=step_fn)
         params = out.pop("params")
         if ctx.rank == 0 and runtime.run_dir():
             path = os.path.join(runtime.run_dir(), FINAL_PARAMS)

@@ -8,7 +8,9 @@ communication / bubble, tokens/s/GPU, MFU and memory per GPU.
 
 Modules, one concept each: ``hardware`` (presets as data, with sources), ``costmodel`` (alpha-beta-gamma),
 ``fit`` (fitting them from measurements), ``local`` (predicting the course's own runs), ``shapes``
-(parameters and FLOPs of a Transformer), ``planner`` (layouts, memory, step time), ``failures``
-(MTBF, Young-Daly). All pure Python: no torch import.
+(parameters and FLOPs of a Transformer), ``layout`` (a parallel layout, checked), ``memory`` (memory per
+GPU at the peak), ``planner`` (step time, ranking layouts), ``published`` (published runs with their
+sources), ``calibration`` (each preset's efficiency, every run's residual), ``failures`` (MTBF,
+Young-Daly). All pure Python: no torch import.
 """
 from disttutor.scale.planner import Layout, Prediction, predict, rank_layouts, rules  # noqa: F401

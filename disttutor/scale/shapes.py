@@ -27,10 +27,15 @@ class ModelShape:
 
     def __post_init__(self):
         for k in ("layers", "hidden", "heads", "vocab"):
-            if getattr(self, k) < 1:
-                raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
+            if isinstance(getattr(self, k), bool) or not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
+                raise ValueError(f"ModelShape.{k} must be a positive integer, got {getattr(self, k)!r}")
+        for k in ("ffn", "kv_heads", "gpt_params"):
+            if isinstance(getattr(self, k), bool) or not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
+                raise ValueError(f"ModelShape.{k} must be an integer >= 0 (0: the default), got {getattr(self, k)!r}")
         if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+            raise ValueError(f"ModelShape.hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.heads % self.kv:
+            raise ValueError(f"ModelShape.kv_heads ({self.kv}) must divide heads ({self.heads})")
 
     @property
     def ff(self) -> int:
@@ -49,6 +54,13 @@ class ModelShape:
         attn = 2 * self.hidden**2 + 2 * self.hidden * self.kv * self.head_dim
         return attn + (3 if self.gated else 2) * self.hidden * self.ff
 
+    def matmul_outputs(self) -> list[int]:
+        """Widths of one block's matmul outputs per token, in forward order: Q, K, V, output projection,
+        then the MLP's (gated: gate, up, down; else up, down)."""
+        kvd = self.kv * self.head_dim
+        mlp = [self.ff, self.ff, self.hidden] if self.gated else [self.ff, self.hidden]
+        return [self.hidden, kvd, kvd, self.hidden] + mlp
+
     def params(self) -> int:
         if self.gpt_params:
             return self.gpt_params
@@ -59,7 +71,11 @@ class ModelShape:
         plus attention's scores and values, ``12 L h s`` (the PaLM paper's count, Appendix B:
         no causal-mask discount)."""
         matmul = self.layers * self.layer_params() + self.vocab * self.hidden
-        return 6.0 * matmul + 12.0 * self.layers * self.hidden * seq
+        return 6.0 * matmul + self.attention_flops_per_token(seq)
+
+    def attention_flops_per_token(self, seq: int) -> float:
+        """Attention's scores and values, forward and backward: ``12 L h s`` (a third of it forward)."""
+        return 12.0 * self.layers * self.hidden * seq
 
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 50257, max_seq: int = 1024) -> ModelShape:

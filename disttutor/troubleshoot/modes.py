@@ -190,9 +190,12 @@ class Repro:
 
 
 def _pick(per_rank: list[dict]) -> dict:
-    """The rank whose text says the most: an error beats 'finished', the first such rank wins."""
+    """The rank whose text says the most: an error beats 'finished', and among errors a rank's own
+    timeout beats what its peer saw after it gave up (the rank that timed out first tears its group down,
+    so a peer still waiting may read 'Connection closed by peer' instead: which one does is a race)."""
     errs = [r for r in per_rank if re.match(r"^\w+(Error|Exception)", r["symptom"])]
-    return (errs or per_rank)[0]
+    own = [r for r in errs if re.search(r"Timed out waiting", r["symptom"])]
+    return (own or errs or per_rank)[0]
 
 
 def reproduce_group(keys: list[str], nproc: int = 2, wait: int = 3, stream: bool = False):

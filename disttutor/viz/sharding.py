@@ -80,37 +80,41 @@ def mesh_figure(results: list[dict[str, Any]]):
 OP_COLORS = {"all_gather": "#4C72B0", "reduce_scatter": "#C44E52"}
 
 
-def _unit_no(unit: str) -> str:
-    return "R" if unit in (None, "root") else unit.split(".")[-1]
+def _unit_name(unit: str) -> str:
+    return "root" if unit in (None, "root") else f"block {unit.split('.')[-1]}"
 
 
 def fsdp_timeline_figure(results: list[dict[str, Any]], conditions=("prefetch off", "prefetch on")):
-    """Per rank and condition: each unit's compute (grey, F/B + block number) above the collectives as
-    the backend ran them (all-gather blue, reduce-scatter red, labelled with their unit; R = root).
+    """Per rank and condition: each unit's compute (grey, labelled "fwd"/"bwd" and its block) above the
+    collectives as the backend ran them (all-gather blue "AG", reduce-scatter red "RS", labelled with
+    their unit). Labels stand upright beside their bars, which are too short to hold them.
     Data: :func:`disttutor.sharding.comm_trace.collectives` of one profiled step per rank."""
     rows = [(c, r) for c in conditions for r in range(len(results))]
-    fig, axes = plt.subplots(len(rows), 1, figsize=(11, 1.35 * len(rows) + 0.6), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(rows), 1, figsize=(11, 2.3 * len(rows) + 0.8), sharex=True, squeeze=False)
     for ax, (cond, rank) in zip(axes[:, 0], rows):
         tr = results[rank]["comm"][cond]
         for phase, shade in (("forward", "#f2f2f2"), ("backward", "#e4ecf7"), ("optimizer", "#f7efe4")):
             for s, d in tr["regions"].get(phase, []):
                 ax.axvspan(s, s + d, color=shade, zorder=0)
-                ax.text(s + 0.2, 2.05, phase, fontsize=7, va="bottom", color="#555555")
+                ax.text(s + 0.2, -1.95, phase, fontsize=8, va="bottom", color="#555555")
         for c in tr["compute"]:
             ax.broken_barh([(c["start"], max(c["ms"], 0.05))], (1.1, 0.8), color="#8c8c8c")
-            ax.text(c["start"], 1.5, f"{c['phase'][0].upper()}{_unit_no(c['unit'])}", fontsize=6, va="center")
+            ax.text(c["start"] + c["ms"] / 2, 1.95, f"{c['phase'][:3].replace('bac', 'bwd').replace('for', 'fwd')} "
+                    f"{_unit_name(c['unit'])}", fontsize=7.5, va="bottom", ha="center", rotation=90)
         for c in tr["calls"]:
             if c["moved"] is None:
                 continue
             ax.broken_barh([(c["moved"], max(c["ms"], 0.05))], (0.1, 0.8), color=OP_COLORS[c["op"]])
-            ax.text(c["moved"], 0.5, _unit_no(c["unit"]), fontsize=6, va="center", color="white")
-        ax.set_yticks([0.5, 1.5], ["comm", "compute"])
-        ax.set_ylim(0, 2.6)
-        ax.set_ylabel(f"{cond}\nrank {rank}", rotation=0, ha="right", va="center", fontsize=8)
+            ax.text(c["moved"] + c["ms"] / 2, 0.05, f"{'AG' if c['op'] == 'all_gather' else 'RS'} "
+                    f"{_unit_name(c['unit'])}", fontsize=7.5, va="top", ha="center", rotation=90)
+        ax.set_yticks([0.5, 1.5], ["collectives", "compute"], fontsize=8)
+        ax.set_ylim(-2.0, 3.4)
+        ax.set_ylabel(f"{cond}\nrank {rank}", rotation=0, ha="right", va="center", fontsize=9)
     axes[-1, 0].set_xlabel("ms from the step's start (one profiled step)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=v) for v in OP_COLORS.values()] + [
         plt.Rectangle((0, 0), 1, 1, color="#8c8c8c")]
-    fig.legend(handles, ["all-gather", "reduce-scatter", "unit compute"], loc="upper right", ncol=3, fontsize=8)
-    fig.suptitle("FSDP2: one step's collectives per unit, as the backend ran them", fontsize=10, x=0.35)
+    fig.legend(handles, ["AG = all-gather", "RS = reduce-scatter", "unit compute (fwd, bwd)"], loc="upper right",
+               ncol=3, fontsize=8)
+    fig.suptitle("FSDP2: one step's collectives per unit, as the backend ran them (measured)", fontsize=10, x=0.02, ha="left")
     fig.tight_layout()
     return fig

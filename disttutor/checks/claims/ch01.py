@@ -85,6 +85,22 @@ def check_calculator(rows: Sequence[Mapping[str, Any]], params: int, n: int, dev
             f"{n} with ZeRO-3: yes")
 
 
+def check_traffic(sent: Mapping[str, float], cfg: mem.TrainingSetup, n: int) -> str:
+    """Bytes each rank sends per step (GiB), for 16-bit gradients: DDP and ZeRO-1/2 a ring all-reduce,
+    2(n-1)/n x 2P; ZeRO-3 1.5x that; a middle pipeline stage only 2 b s h e (activations and their gradients)."""
+    claim(cfg.precision == "mixed", f"this check counts 16-bit gradients and activations, not {cfg.precision}")
+    ring = 2 * (n - 1) / n * 2 * cfg.params / mem.GIB
+    pipe = 2 * cfg.batch * cfg.seq * cfg.hidden * 2 / mem.GIB
+    # 1e-9 relative: the same products in another order, float64
+    for name in (f"DP x{n}", f"ZeRO-1 x{n}", f"ZeRO-2 x{n}"):
+        claim(abs(sent[name] - ring) <= 1e-9 * ring, f"{name} sends {sent[name]} GiB, 2(n-1)/n x 2P = {ring} GiB")
+    z3, pp = sent[f"ZeRO-3/FSDP x{n}"], sent[f"pipeline x{n}"]
+    claim(abs(z3 - 1.5 * ring) <= 1e-9 * ring, f"ZeRO-3 sends {z3} GiB, 1.5 x DDP's {ring} GiB = {1.5 * ring}")
+    claim(abs(pp - pipe) <= 1e-9 * pipe and pp < ring / 10, f"a pipeline stage sends {pp} GiB, 2bshe = {pipe} GiB")
+    return (f"sent per rank per step: DDP and ZeRO-1/2 {ring:.1f} GiB, ZeRO-3 {z3 / ring:.1f}x that, "
+            f"a pipeline stage {pp:.1f} GiB ({pp / ring:.1%} of DDP's)")
+
+
 def check_data_parallel(samples: Sequence[Sequence[int]], grads: Sequence[Any], full_grad: torch.Tensor,
                         n_samples: int) -> str:
     """Data parallelism: the ranks' samples are a disjoint cover of the batch, and every rank's averaged

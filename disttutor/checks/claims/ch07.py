@@ -93,3 +93,15 @@ def check_balance(splits: list, runs: Sequence[Mapping[str, Any]], tol: float, w
     claim(work_uneven > 1 and abs(work_even - 1) < abs(work_uneven - 1),
           f"rank 0 / rank 1 CPU work: {work_uneven:.2f} at 6+2, {work_even:.2f} at 4+4 (6+2 should be further "
           "from 1)")
+
+
+def check_activation_bytes(measured: Mapping[str, Sequence[int]], derived: Mapping[str, Sequence[int]]) -> str:
+    """The peak bytes autograd saved per rank, counted on real ranks, equal the derivation's to the byte for
+    GPipe and 1F1B (both count whole fp32 tensors: no tolerance), and GPipe holds at least 1F1B's on every rank."""
+    for schedule in ("gpipe", "1f1b"):
+        claim(list(measured[schedule]) == list(derived[schedule]),
+              f"{schedule}: measured peaks {list(measured[schedule])} bytes, derived {list(derived[schedule])}")
+    g, o = measured["gpipe"], measured["1f1b"]
+    claim(all(a >= b for a, b in zip(g, o)), f"1F1B held more than GPipe somewhere: {list(g)} vs {list(o)}")
+    return (f"✓ peak activation bytes per rank equal the derivation's exactly: GPipe {g[0] / o[0]:g}x 1F1B's on "
+            f"rank 0, {g[-1] / o[-1]:g}x on the last rank")

@@ -1,5 +1,5 @@
-"""Chapter 9's named checks: what DETAIL mode names, every rank's stack, the straggler in the profile, and
-question 9.1's reading."""
+"""Chapter 9's named checks: what DETAIL mode names, every rank's stack, when a hang is reported, the straggler
+in the profile, and question 9.1's reading."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -24,6 +24,20 @@ def check_stacks(report: str, waiting: int, elsewhere: int) -> str:
     claim(lines[elsewhere].startswith(f"rank {elsewhere}: in no collective"),
           f"rank {elsewhere} should be in no collective: {report!r}")
     return f"checked: rank {waiting}'s stack is in all_reduce, rank {elsewhere}'s in no collective"
+
+
+def check_timeout_bound(run: Any, timeout_s: float, waiting: int) -> str:
+    """A hang is reported no sooner than the collective timeout: rank ``waiting`` raised a timeout naming
+    ``timeout_s`` (gloo prints it in ms), and the whole launch lasted longer than ``timeout_s``."""
+    rank = run.ranks[waiting]
+    text = rank.raw_error or rank.error or ""
+    claim(rank.status == "error" and rank.blame == "wait", f"rank {waiting} should time out waiting: "
+                                                           f"{rank.status!r}, {rank.blame!r}, {text[:200]!r}")
+    claim(f"{timeout_s * 1000:.0f}ms" in text, f"rank {waiting}'s error should name the {timeout_s:g} s timeout: "
+                                               f"{text[:200]!r}")
+    claim(run.wall_s > timeout_s, f"the launch ({run.wall_s:.2f} s) ended before the {timeout_s:g} s timeout")
+    return (f"checked: rank {waiting} timed out after {timeout_s:g} s, and the launch ({run.wall_s:.1f} s) "
+            f"lasted longer than the timeout")
 
 
 def check_trace_handler() -> str:

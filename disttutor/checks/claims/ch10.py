@@ -91,3 +91,29 @@ def check_resumed_bitwise(a: Mapping[str, Any], b: Mapping[str, Any], resumed: M
     claim(max_diff == 0.0, f"the resumed run's parameters differ from the uninterrupted run's by {max_diff}")
     claim(resumed["history"]["loss"] == list(reference_losses), "the resumed run's losses differ")
     return max_diff
+
+
+def check_model_arithmetic(n_run: int, n_derived: int, flops_counted: float, flops_derived: int) -> str:
+    """The run's model has exactly the derived parameter count, and torch's FLOP counter counts exactly the
+    derived training FLOPs per token (both are integer counts of the same matmuls: no tolerance)."""
+    claim(n_run == n_derived, f"the run's model has {n_run} parameters, the formula says {n_derived}")
+    claim(flops_counted == flops_derived, f"FlopCounterMode counted {flops_counted} FLOPs per token, "
+                                          f"the derivation {flops_derived}")
+    return f"✓ N = {n_run:,} and {flops_derived:,} FLOPs per training token, counted exactly as derived"
+
+
+def check_checkpoint_split(written: Mapping[str, int], n_params: int, n_tensors: int, world: int,
+                           largest: int) -> str:
+    """A DDP checkpoint's data files hold weights and AdamW's two moments once (12N bytes, plus one 4-byte step
+    counter a parameter tensor), one file a rank, each within one tensor of an even share 12N/n (DCP hands
+    whole tensors to the ranks, balancing their bytes)."""
+    claim(sorted(written) == [f"__{r}_0.distcp" for r in range(world)], f"data files {sorted(written)}")
+    total = sum(written.values())
+    claim(total == 12 * n_params + 4 * n_tensors,
+          f"the files hold {total} tensor bytes, expected 12N + 4 x {n_tensors} = {12 * n_params + 4 * n_tensors}")
+    even = 12 * n_params / world
+    worst = max(abs(b - even) for b in written.values())
+    claim(worst <= largest, f"a rank wrote {worst:.0f} bytes off an even share {even:.0f}, more than the largest "
+                            f"tensor ({largest} bytes)")
+    return (f"✓ the files hold 12N + {4 * n_tensors} bytes of tensors, each rank within {100 * worst / even:.2f} % "
+            f"of 12N/{world}")

@@ -1,0 +1,34 @@
+"""Chapter 13's named check on the published Llama 3 layouts accepts the stored runs and rejects wrong ones, in words."""
+import dataclasses
+
+import pytest
+
+from disttutor.checks.claims.ch13 import check_llama_layouts
+from disttutor.scale import published
+
+LLAMA = [r for r in published.RUNS if r.source == published.LLAMA3]
+GPUS = [8192, 16384, 16384]  # reported: Table 4's GPU counts
+TOKENS = 16 * 2**20  # reported: "16M" tokens per batch
+PRINTED = 8 * 16 * 16 * 4  # the 131K row's layout as Table 4 prints it
+
+
+def test_the_stored_runs_pass():
+    assert check_llama_layouts(LLAMA, GPUS, TOKENS, PRINTED).startswith("layouts multiply to the reported GPU counts")
+
+
+def test_a_wrong_gpu_count_is_named():
+    with pytest.raises(AssertionError, match=r"the paper reports \[8192, 16384, 8192\]"):
+        check_llama_layouts(LLAMA, [8192, 16384, 8192], TOKENS, PRINTED)
+
+
+def test_a_row_with_another_batch_is_named():
+    half = dataclasses.replace(LLAMA[1], global_batch=LLAMA[1].global_batch // 2)
+    with pytest.raises(AssertionError, match="tokens per batch"):
+        check_llama_layouts([LLAMA[0], half, LLAMA[2]], GPUS, TOKENS, PRINTED)
+
+
+def test_the_printed_layout_taken_as_is_is_rejected():
+    # the 131K row with the printed DP 4: its layout gives 8,192 GPUs, not the reported 16,384
+    printed = dataclasses.replace(LLAMA[2], layout=dataclasses.replace(LLAMA[2].layout, dp=4))
+    with pytest.raises(AssertionError):
+        check_llama_layouts([LLAMA[0], LLAMA[1], printed], GPUS, TOKENS, PRINTED)
