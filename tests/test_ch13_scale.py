@@ -135,6 +135,25 @@ def test_local_predictions_by_hand():
     assert p["bubble"] == pytest.approx(p["compute"] / 4)  # (p-1) = 1 slot of m = 4
 
 
+def test_overhead_terms_by_hand():
+    m = C.Machine({op: C.Link(1e-4, 1e9) for op in C.COLLECTIVES}, gamma=1e11, n=2)
+    small = {"total": 0.002}
+    assert local.fixed_overhead(0.005, small) == pytest.approx(0.003)
+    assert local.fixed_overhead(0.001, small) == 0.0  # a small run faster than its model: no negative cost
+    base = local.ddp_step(m, 16, (512,), 4, 64, 2, 1 << 22)
+    got = local.with_overheads(base, 1000, "sgd", 0.004, {"sgd": 2e-9, "adamw": 9e-9})
+    assert got["update"] == pytest.approx(2e-6) and got["fixed"] == 0.004
+    assert got["total"] == pytest.approx(base["total"] + 2e-6 + 0.004)
+    ddp = {"hidden": (512,), "batch": 64, "bucket_cap": 1 << 22}
+    fsdp = {"time_dim": 32, "time_ff": 64, "batch": 8}
+    pipe = {"width": 64, "layers_per_stage": 1, "batch": 32, "microbatches": 4}
+    el = local.updated_params(ddp, fsdp, pipe, 2)
+    assert el["DDP (ch 4)"] == (16 * 512 + 512 + 512 * 4 + 4, "sgd")
+    assert el["FSDP2 (ch 11)"][0] * 2 == el["DDP (ch 11)"][0]  # FSDP2 updates a half shard on 2 ranks
+    assert el["GPipe (ch 7)"] == (16 * 64 + 64, "sgd")  # stage 0 (16 -> 64) is larger than stage 1 (64 -> 4)
+    assert local.predict_runs(m, ddp, fsdp, pipe, 2)["DDP (ch 4)"] == base
+
+
 def test_hardware_constants_are_tagged():
     for hw in hardware.PRESETS.values():
         for name, c in hw.constants().items():
@@ -159,6 +178,9 @@ def test_scale_bench_program(no_leftovers):
     assert ck["bytes_on_disk"] >= 12 * ck["params"] and ck["seconds"] > 0
     # sizes are S in nccl-tests' sense, rounded to whole float32 shards
     assert {row["bytes"] for row in r["rows"]} == {4096, 1 << 20}
+    # both optimizers' updates timed, per element; AdamW does more element-wise passes than plain SGD
+    u = r["update_s_per_elem"]
+    assert set(u) == {"sgd", "adamw"} and u["adamw"] > u["sgd"] > 0
 
 
 def test_figures_and_planner_view():

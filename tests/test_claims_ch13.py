@@ -32,3 +32,20 @@ def test_the_printed_layout_taken_as_is_is_rejected():
     printed = dataclasses.replace(LLAMA[2], layout=dataclasses.replace(LLAMA[2].layout, dp=4))
     with pytest.raises(AssertionError):
         check_llama_layouts([LLAMA[0], LLAMA[1], printed], GPUS, TOKENS, PRINTED)
+
+
+def _rows(*ratios, missing=""):
+    return [{"run": f"run {i}", "predicted/measured": r, "missing term (if not)": missing} for i, r in enumerate(ratios)]
+
+
+def test_the_local_model_is_asserted_only_on_a_quiet_machine():
+    from disttutor.checks.claims.ch13 import check_local_model
+    before = _rows(0.6, 0.5)
+    got = check_local_model(before, _rows(0.9, 0.6, missing="GELU"), True, "load 0.1")
+    assert got.startswith("checked: predicted/measured 0.50-0.60 -> 0.60-0.90, 1 of 2 within 25%")
+    with pytest.raises(AssertionError, match=r"run 1.*no missing term"):
+        check_local_model(before, _rows(0.9, 0.6), True, "load 0.1")
+    with pytest.raises(AssertionError, match=r"away from 1: \{'run 0': \(0\.6, 1\.5\)\}"):
+        check_local_model(before, _rows(1.5, 0.6, missing="x"), True, "load 0.1")
+    # busy: the same miss is reported with the load that explains it, not asserted
+    assert "busy machine (load 6.0)" in check_local_model(before, _rows(1.5, 0.6), False, "load 6.0")

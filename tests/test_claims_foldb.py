@@ -249,7 +249,7 @@ def test_ch11_training_collectives_and_bytes():
 
 def test_ch11_memory_precision_checkpoint_views():
     def m(full, total, act):
-        return {"UNSHARDED_PARAM": full, "Total": total, "ACT": act}
+        return {"UNSHARDED_PARAM": full, "Total": total, "ACT": act, "ACT_PEAK": act}
     mem = {r: {"reshard_after_forward=True": m(27000, 90000, 40000), "reshard_after_forward=False": m(60000, 120000, 40000),
                "True + activation checkpointing": m(27000, 80000, 9000)} for r in (0, 1)}
     assert "lower activation peak" in ch11.check_fsdp_memory(mem, block_bytes=8448, root_bytes=10240, ac_vs_no_ac=0.0)
@@ -257,6 +257,16 @@ def test_ch11_memory_precision_checkpoint_views():
     too_many[1]["reshard_after_forward=True"]["UNSHARDED_PARAM"] = 4 * 8448 + 10240  # all four blocks full
     with pytest.raises(AssertionError, match="rank 1: 44032 full-weight bytes with resharding > 2 blocks"):
         ch11.check_fsdp_memory(too_many, block_bytes=8448, root_bytes=10240, ac_vs_no_ac=0.0)
+    # the CI run that found this: both snapshots at the total's peak held 17,160 activation bytes; the claim
+    # reads the activations' own peak, so equal bytes at the total's peak pass, an equal own peak fails
+    same_at_total = copy.deepcopy(mem)
+    for r in same_at_total.values():
+        r["True + activation checkpointing"]["ACT"] = r["reshard_after_forward=True"]["ACT"] = 17160
+    assert "lower activation peak" in ch11.check_fsdp_memory(same_at_total, 8448, 10240, ac_vs_no_ac=0.0)
+    for r in same_at_total.values():
+        r["True + activation checkpointing"]["ACT_PEAK"] = r["reshard_after_forward=True"]["ACT_PEAK"]
+    with pytest.raises(AssertionError, match="activation checkpointing's activation peak 40000 should be below"):
+        ch11.check_fsdp_memory(same_at_total, 8448, 10240, ac_vs_no_ac=0.0)
     mpd = {"in_forward": {"weight": "torch.bfloat16", "output": "torch.bfloat16"}, "sharded_param": "torch.float32",
            "grad_after_step": "torch.float32", "optimizer_state": "torch.float32"}
     assert "fp32" in ch11.check_mixed_precision(mpd, {"float"})

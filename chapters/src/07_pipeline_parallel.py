@@ -515,7 +515,8 @@ if result_7_2.passed:  # your function on this chapter's own 1F1B run
 #
 # Write `pipeline_step(model, x, y, n_microbatches, loss_fn)`: keep this rank's contiguous share of
 # the blocks of `model`, an `nn.Sequential` (uneven when they do not divide), wrap it in a
-# `PipelineStage`, run one `Schedule1F1B` step, return `(piece, losses)`; refuse a batch the
+# `PipelineStage`, run one `Schedule1F1B` step, return `(piece, losses)`: the module this rank kept, and
+# the list of micro-batch losses the schedule filled (empty except on the last rank); refuse a batch the
 # micro-batches do not divide. Checked against one process on 2 and 3 ranks.
 
 # %%

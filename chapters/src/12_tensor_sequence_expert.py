@@ -274,7 +274,8 @@ print(check_block_ring_bytes(SP, s, b, d, t))
 #
 # Write `GatherSeq`, a `torch.autograd.Function`: `forward(ctx, shard)` all-gathers the sequence
 # shards `[seq/t, batch, dim]` in rank order; `backward(ctx, grad)` returns the gradient of this
-# rank's shard. The checker compares outputs and input gradients with one process, on 2 and 4 ranks,
+# rank's shard, sending each rank no more than its own rows' sum (an all-reduce then a slice is right but
+# sends twice the bytes, and is rejected). The checker compares outputs and input gradients with one process, on 2 and 4 ranks,
 # alone and inside an SP block.
 
 # %%

@@ -121,16 +121,25 @@ def peak_memory(model, opt_, xb, yb) -> dict:
     FSDPMemTracker lives in torch's private ``_tools``: torch has no public memory counter for CPU
     tensors (``torch.cuda.max_memory_allocated`` is CUDA only), and this one knows FSDP2's categories
     (sharded and unsharded parameters, all-gather and reduce-scatter buffers). The snapshot is taken at
-    the moment the total peaks."""
+    the moment the total peaks; ``ACT_PEAK`` is the activations' own peak over the step (the activation
+    bytes at the total's peak depend on when gloo's thread frees its buffers, and vary from run to run)."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
+    class Tracker(FSDPMemTracker):
+        act_peak = 0
+
+        def _update_peak_stats(self, peak_state) -> None:  # called after every op the tracker sees
+            super()._update_peak_stats(peak_state)
+            for dev_snap in self._curr_mem_snap.values():
+                self.act_peak = max(self.act_peak, *(int(v) for k, v in dev_snap.items() if str(k).endswith("ACT")))
+
     step(model, opt_, xb, yb)  # optimiser state exists from here on, as in steady training
-    tracker = FSDPMemTracker(model, opt_)
+    tracker = Tracker(model, opt_)
     tracker.track_inputs((xb,))
     with tracker:
         step(model, opt_, xb, yb)
     snap = next(iter(tracker.get_tracker_snapshot("peak").values()))  # {device: {category: bytes}}
-    return {str(k).split(".")[-1]: int(v) for k, v in snap.items()}
+    return {**{str(k).split(".")[-1]: int(v) for k, v in snap.items()}, "ACT_PEAK": tracker.act_peak}
 
 
 def checkpoint_roundtrip(model, opt_, cfg, mesh, directory: str, xb, yb) -> dict:

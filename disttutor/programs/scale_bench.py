@@ -6,7 +6,8 @@ then ``--iters`` timed calls, each right after a barrier; a call's time is its *
 (a collective is done when the last rank is), and the reported time is the median over calls.
 ``send_recv`` is rank 0 sending to rank 1 while the other ranks wait. Then every rank multiplies
 ``n x n`` float32 matrices *at the same time* (as ranks compute together in training) for each
-``--matmul`` size: gamma is the slowest rank's FLOP/s. Last, every rank saves a model with AdamW
+``--matmul`` size: gamma is the slowest rank's FLOP/s. Then every rank times an SGD and an AdamW update of
+``--update-elems`` parameters (memory-bound: seconds per element). Last, every rank saves a model with AdamW
 state of about ``--checkpoint-mb`` MB with chapter 10's :mod:`disttutor.lm.checkpoint` (atomic, DCP)::
 
     disttutor run scale_bench -n 2 -- --sizes 4096 1048576 --iters 5
@@ -38,6 +39,7 @@ class ScaleBenchConfig:
     matmul: tuple[int, ...] = opt((128, 256, 512), "n of the n x n float32 matmuls timed for gamma")
     matmul_reps: int = opt(5, "matmuls per timed block")
     checkpoint_mb: float = opt(8.0, "size of the model + AdamW state saved once per rank (0: skip)")
+    update_elems: int = opt(1 << 20, "float32 elements each optimizer's update is timed on (0: skip)")
 
     def __post_init__(self):
         bad = [o for o in self.ops if o not in OPS]
@@ -48,7 +50,7 @@ class ScaleBenchConfig:
         if not self.matmul or any(n < 8 or n > 4096 for n in self.matmul):
             raise ValueError(f"matmul sizes must be between 8 and 4096, got {self.matmul}")
         require_positive(self, "iters", "matmul_reps")
-        require_non_negative(self, "warmup", "checkpoint_mb")
+        require_non_negative(self, "warmup", "checkpoint_mb", "update_elems")
 
 
 def make_call(op: str, nbytes: int, ctx):
@@ -113,6 +115,29 @@ def time_matmuls(cfg: ScaleBenchConfig, ctx) -> list[dict]:
     return rows
 
 
+UPDATES = {"sgd": lambda ps: torch.optim.SGD(ps, lr=1e-3), "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-3)}
+
+
+def time_updates(cfg: ScaleBenchConfig, ctx) -> dict:
+    """Seconds per parameter element of one optimizer update (SGD, AdamW as the course's programs build
+    them), every rank at once: element-wise work that reads and writes memory and has no FLOP count to
+    describe it. The slowest rank's median over ``--iters`` steps, divided by the elements."""
+    out = {}
+    for name, make in UPDATES.items():
+        p = torch.nn.Parameter(torch.zeros(cfg.update_elems, device=ctx.device))
+        p.grad = torch.full_like(p, 1e-3)
+        opt_ = make([p])
+        opt_.step()                                     # warm-up; AdamW creates its moments lazily
+        own = []
+        for _ in range(cfg.iters):
+            dist.barrier()
+            t0 = time.perf_counter()
+            opt_.step()
+            own.append(time.perf_counter() - t0)
+        out[name] = statistics.median(slowest(own, ctx)) / cfg.update_elems
+    return out
+
+
 def time_checkpoint(cfg: ScaleBenchConfig, ctx) -> dict:
     """One save of a model + AdamW state with chapter 10's checkpoint code (every rank writes its part)."""
     from disttutor.lm import checkpoint
@@ -146,8 +171,10 @@ def run(cfg: ScaleBenchConfig) -> None:
         rows = time_collectives(cfg, ctx)
         mm = time_matmuls(cfg, ctx)
         ckpt = time_checkpoint(cfg, ctx) if cfg.checkpoint_mb > 0 else None
+        updates = time_updates(cfg, ctx) if cfg.update_elems > 0 else None
         if ctx.rank == 0:
-            runtime.report(rows=rows, matmul=mm, checkpoint=ckpt, world_size=ctx.world_size, backend=ctx.backend)
+            runtime.report(rows=rows, matmul=mm, checkpoint=ckpt, update_s_per_elem=updates,
+                           world_size=ctx.world_size, backend=ctx.backend)
         else:
             runtime.report(world_size=ctx.world_size)
 

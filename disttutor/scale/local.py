@@ -11,12 +11,14 @@ alpha/beta (per collective) and gamma alone, *before* it is launched:
 * :func:`pipeline_step` -- ``pipeline --schedule gpipe`` (chapter 7): ``m + p - 1`` slots of the
   slowest stage's forward + backward, plus the activation / gradient hand-offs on the critical path.
 
-Deliberately *not* modelled (the chapter names the missing term when a prediction misses): the
-optimiser's element-wise work and other memory-bound ops (no FLOP count describes them), Python
-and framework overhead per op, and any overlap of communication with compute (the sum is an upper
-bound for overlap, a lower bound for interference between ranks sharing cores).
+The first model leaves out the optimiser's element-wise work and other memory-bound ops (no FLOP
+count describes them), Python and framework overhead per op, and any overlap of communication with
+compute. :class:`Overheads` adds two measured terms back: the update, per parameter element, and a
+fixed per-step cost fitted on a width-8 run of the same program (:func:`with_overheads`).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from disttutor.scale.costmodel import Machine, linear_flops, mlp_step_flops
 
@@ -102,3 +104,58 @@ def tinylm_units(dim: int, ff: int, vocab: int, seq: int) -> dict[str, int]:
     """Parameters of ``sharding --time``'s two FSDP2 units: the MLP, and the root (tied embedding,
     frozen positions, LayerNorm, head bias) -- the program reports the same numbers from the model."""
     return {"mlp": 2 * dim * ff + ff + dim, "root": vocab * dim + seq * dim + 2 * dim + vocab}
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """The terms the first model leaves out, each measured on this machine: ``update_s``, seconds per
+    parameter element of one optimizer update, by optimizer (``scale_bench``: memory-bound, no FLOP count);
+    ``fixed_s``, seconds per step that a run of the same program with every width 8 takes beyond its own
+    prediction, by run (Python, hooks, copies, the schedule's actions: what does not grow with the widths)."""
+
+    update_s: dict[str, float]
+    fixed_s: dict[str, float]
+
+
+def fixed_overhead(measured_small: float, predicted_small: dict) -> float:
+    """A step's size-independent cost: the width-8 run's measured time less what the model gives it."""
+    return max(0.0, measured_small - predicted_small["total"])
+
+
+def with_overheads(pred: dict, updated_elems: int, optimizer: str, fixed_s: float, update_s: dict[str, float]) -> dict:
+    """``pred`` plus the optimizer's update of ``updated_elems`` parameters on the slowest rank and the
+    fixed per-step cost (both seconds)."""
+    update = updated_elems * update_s[optimizer]
+    return {**pred, "update": update, "fixed": fixed_s, "total": pred["total"] + update + fixed_s}
+
+
+def stage_params(d_in: int, width: int, d_out: int, layers_per_stage: int, p: int) -> list[int]:
+    """Parameters (weights and biases) of each of the ``p`` pipeline stages of :func:`pipeline_step`'s MLP."""
+    dims = [d_in] + [width] * (p * layers_per_stage - 1) + [d_out]
+    return [sum(a * b + b for a, b in zip(dims[s * layers_per_stage:(s + 1) * layers_per_stage],
+                                          dims[s * layers_per_stage + 1:(s + 1) * layers_per_stage + 1]))
+            for s in range(p)]
+
+
+VOCAB, SEQ = 64, 8  # TinyLM's vocabulary and sequence length (chapter 11's ``sharding`` program)
+
+
+def predict_runs(m: Machine, ddp: dict, fsdp: dict, pipe: dict, n: int) -> dict[str, dict]:
+    """The first model's seconds per step of the three programs, from their arguments (as chapter 13
+    launches them: ``ddp_scratch``'s MLP 16 -> hidden -> 4, ``sharding``'s TinyLM, ``pipeline``'s MLP)."""
+    units = tinylm_units(fsdp["time_dim"], fsdp["time_ff"], VOCAB, SEQ)
+    shard = fsdp_step(m, units, fsdp["batch"] // n * SEQ, fsdp["time_dim"], fsdp["time_ff"], VOCAB, n)
+    return {"DDP (ch 4)": ddp_step(m, 16, ddp["hidden"], 4, ddp["batch"], n, ddp["bucket_cap"]),
+            "DDP (ch 11)": shard["ddp"], "FSDP2 (ch 11)": shard["fsdp2"],
+            "GPipe (ch 7)": pipeline_step(m, 16, pipe["width"], 4, pipe["layers_per_stage"], pipe["batch"],
+                                          pipe["microbatches"], n)}
+
+
+def updated_params(ddp: dict, fsdp: dict, pipe: dict, n: int) -> dict[str, tuple[int, str]]:
+    """``(elements, optimizer)`` the slowest rank updates a step, by run: every parameter under DDP, a
+    1/n shard under FSDP2, the largest stage's under PP. SGD in chapters 4 and 7, AdamW in chapter 11."""
+    mlp = sum(mlp_param_bytes([16, *ddp["hidden"], 4])) // FP32
+    tiny = sum(tinylm_grad_bytes(fsdp["time_dim"], fsdp["time_ff"], VOCAB)) // FP32
+    stage = max(stage_params(16, pipe["width"], 4, pipe["layers_per_stage"], n))
+    return {"DDP (ch 4)": (mlp, "sgd"), "DDP (ch 11)": (tiny, "adamw"), "FSDP2 (ch 11)": (-(-tiny // n), "adamw"),
+            "GPipe (ch 7)": (stage, "sgd")}

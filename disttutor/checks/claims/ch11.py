@@ -110,10 +110,10 @@ def check_fsdp_memory(mem: Mapping[int, Mapping[str, Mapping[str, int]]], block_
         claim(f["UNSHARDED_PARAM"] > t["UNSHARDED_PARAM"] and f["Total"] > t["Total"],
               f"rank {rank}: without resharding full weights {f['UNSHARDED_PARAM']} / total {f['Total']} should "
               f"exceed {t['UNSHARDED_PARAM']} / {t['Total']}")
-    # only the blocks' inputs are kept, the rest is recomputed; the snapshot's moment varies per rank (above), so
-    # the claim is on the largest activation peak of the step over ranks, not on each rank's snapshot
-    ac = max(m["True + activation checkpointing"]["ACT"] for m in mem.values())
-    plain = max(m["reshard_after_forward=True"]["ACT"] for m in mem.values())
+    # only the blocks' inputs are kept, the rest is recomputed: the activations' own peak over the step is lower
+    # (the activation bytes at the total's peak are not: that moment varies per run, above)
+    ac = max(m["True + activation checkpointing"]["ACT_PEAK"] for m in mem.values())
+    plain = max(m["reshard_after_forward=True"]["ACT_PEAK"] for m in mem.values())
     claim(ac < plain, f"activation checkpointing's activation peak {ac} should be below {plain} bytes")
     # the recompute runs the same ops on the same values: on one machine, the same bits (allow fp32 ulps elsewhere)
     claim(ac_vs_no_ac < 1e-6, f"with checkpointing the trained model differs by {ac_vs_no_ac:.2e}")

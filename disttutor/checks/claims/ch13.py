@@ -23,3 +23,22 @@ def check_llama_layouts(runs: Sequence, gpus: Sequence[int], tokens_per_batch: i
           f"into the reported {last.layout.n:,}")
     return (f"layouts multiply to the reported GPU counts {list(gpus)}; "
             f"the 131K row as printed (DP 4) gives {as_printed:,}")
+
+
+def check_local_model(before: Sequence[dict], after: Sequence[dict], quiet: bool, load: str, tol: float = 0.25) -> str:
+    """The measured overheads bring every local run's predicted/measured ratio closer to 1 than the first model's,
+    and every run still outside ``tol`` names the term it lacks -- asserted when the machine was ``quiet``
+    (other processes' load stretches every measured time, and no model of this machine predicts that),
+    reported otherwise. ``load`` says what the machine was doing."""
+    was = {r["run"]: r["predicted/measured"] for r in before}
+    now = {r["run"]: r["predicted/measured"] for r in after}
+    within = [k for k, v in now.items() if 1 - tol <= v <= 1 + tol]
+    span = (f"predicted/measured {min(was.values()):.2f}-{max(was.values()):.2f} -> "
+            f"{min(now.values()):.2f}-{max(now.values()):.2f}, {len(within)} of {len(now)} within {tol:.0%}")
+    if not quiet:
+        return f"{span}, on a busy machine ({load}): reported, not checked"
+    worse = {k: (was[k], v) for k, v in now.items() if abs(v - 1) > abs(was[k] - 1)}
+    claim(not worse, f"on a quiet machine ({load}) the overheads moved these runs away from 1: {worse}")
+    unnamed = [r["run"] for r in after if r["run"] not in within and not r.get("missing term (if not)")]
+    claim(not unnamed, f"{unnamed}: outside {tol:.0%} with no missing term named")
+    return f"checked: {span}; the rest name their missing term ({load})"
