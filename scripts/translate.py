@@ -51,8 +51,8 @@ def _markdown_output(md: str) -> dict:
     return {"text/markdown": md, "text/plain": md}
 
 
-_BUILT = re.compile(r"about (?P<seconds>\d+) s top to bottom, measured when this notebook was last built "
-                    r"\(on (?P<cores>\d+) CPU cores, (?P<gpus>\d+) GPUs, torch (?P<torch>[^ )]+)\)")
+_BUILT = re.compile(r"about (?P<seconds>\d+) s top to bottom on (?P<cores>\d+) CPU cores, (?P<gpus>\d+) GPUs, "
+                    r"torch (?P<torch>[^ )]+) \(measured\)")
 
 
 def _build_of(outs: list) -> dict | None:

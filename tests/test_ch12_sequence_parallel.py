@@ -1,4 +1,4 @@
-"""Exercise 12.3 (chapter 12): sequence parallelism's all-gather with its reduce-scatter backward.
+"""Exercise 12.2 (chapter 12): sequence parallelism's all-gather with its reduce-scatter backward.
 
 Realistic wrong answers on 2 real gloo ranks (a launch each, ~10-20 s on the shared 2-core box),
 each rejected with the message that names its slip; the solution passes on 2 and 4 ranks in
@@ -11,7 +11,7 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOL = open(os.path.join(ROOT, "solutions", "ex12_3_gather_seq.py")).read()
+SOL = open(os.path.join(ROOT, "solutions", "ex12_2_gather_seq.py")).read()
 FORWARD = """        full = shard.new_empty((shard.shape[0] * world, *shard.shape[1:]))
         dist.all_gather_single(full, shard.contiguous())   # dim 0 is the sequence: rank k's rows at k*s
         return full"""

@@ -8,7 +8,7 @@
 # 1. **Process groups**: what `torchrun` tells each process; groups inside the world.
 # 2. **Backends**: which ones this torch has; how one program picks NCCL or Gloo.
 # 3. **Collectives**: each rank's tensor before and after each operation.
-# 4. **All-reduce lab**: naive, tree and ring all-reduce from point-to-point messages (Exercise 2.1).
+# 4. **All-reduce lab**: naive, tree and ring all-reduce from point-to-point messages (Exercise 2.1), and from reduce-scatter plus all-gather (2.2).
 # 5. **Timing**: the latency–bandwidth (α–β) model, on loopback and on an emulated network link.
 
 # %% tags=["chapter-header"]
@@ -21,7 +21,7 @@ disttutor.course.chapters.header(2)
 # **After this chapter you can**
 # * create process groups (the world and subgroups) and say which environment variables torchrun gives each rank;
 # * predict what every collective — broadcast, reduce, all-reduce, all-gather, reduce-scatter, gather, scatter, send/recv — leaves on every rank;
-# * build an all-reduce from point-to-point messages, and estimate a collective's time from latency and bandwidth (α–β).
+# * build an all-reduce from point-to-point messages and from its two halves, and estimate a collective's time from latency and bandwidth (α–β).
 
 # %%
 import os
@@ -561,6 +561,31 @@ assert len(CASES) + 1 == 12
 # %% [markdown] id="md-02-29"
 # When your ring passes, the check says *passed ✓*; the solution is in
 # `solutions/ex2_1_ring_allreduce.py`.
+#
+# ### Exercise 2.2 — all-reduce from its two halves
+# Your ring was a reduce-scatter, then an all-gather, by hand. Write `all_reduce_from_halves(tensor)`
+# with the library's two collectives instead: 2.1's contract (the sum, in place, `tensor` returned)
+# and cases. `dist.all_reduce` and send/recv are refused; the checker counts your collectives.
+
+# %%
+card("2.2")
+
+# %%
+def all_reduce_from_halves(tensor):
+    """Sum `tensor` over all ranks, in place, with one reduce-scatter and one all-gather. Returns `tensor`."""
+    raise NotImplementedError("Exercise 2.2: reduce-scatter, then all-gather, into the tensor itself")
+
+
+# %%
+hint("2.2")
+
+# %% tags=["nbval-check-output"]
+from disttutor.checks.allreduce import check_halves
+
+print(check_halves(all_reduce_from_halves))
+
+# %% [markdown] id="md-02-57"
+# When it passes, the solution is in `solutions/ex2_2_all_reduce_from_halves.py`.
 #
 # ## 5. How fast? Latency, bandwidth and the α–β model
 #

@@ -25,7 +25,7 @@ disttutor.course.chapters.header(4)
 
 # %% [markdown] id="md-04-02" tags=["opening"]
 # **After this chapter you can**
-# * turn a single-process training script into a correct DDP program (sampler, `set_epoch`, `drop_last`, saving on one rank);
+# * turn a single-process training script into a correct DDP program (sampler, `set_epoch`, `drop_last`, saving on one rank; Exercise 4.3);
 # * prove that DDP's replicas stay identical to one process trained on the whole batch, and say what the wrap broadcasts;
 # * write DDP yourself, naive then bucketed and overlapped (Exercises 4.1 and 4.2), and say what overlap saves on a slow network.
 
@@ -39,6 +39,7 @@ import torch
 
 import disttutor
 from disttutor.checks.ddp import check_bucketed_ddp, check_naive_ddp  # the exercises' checkers
+from disttutor.checks.ddp_script import check_ddp_script
 from disttutor.course.problems import problem  # worked problems, one a cell
 from disttutor.course.puzzles import puzzle  # puzzles, one a cell
 from disttutor.course.source import show_code
@@ -639,6 +640,54 @@ plt.show()
 # To take with you: `python3 course.py plain ddp --out DIR` copies `ddp.py`, a script like section 1's with
 # gradient accumulation under `no_sync()` (one all-reduce per optimiser step), to run with
 # `torchrun --nproc-per-node 2 ddp.py` on your machine or cluster.
+
+# %% [markdown] id="md-04-39"
+# ## 9. Exercise 4.3 — a single-process script, made DDP
+#
+# Section 1 from your own hands: the stub's docstring holds a single-process loop; write its DDP version.
+# The checker runs it on every rank, each with different initial weights, and compares the result with
+# one process trained on the same global batches.
+
+# %%
+card("4.3")
+
+
+# %%
+def train_ddp(model, train_set, eval_set, epochs, batch_size, lr, checkpoint_path):
+    """Exercise 4.3: this single-process loop as DDP, on every rank (the process group exists already).
+
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+        losses = []
+        for epoch in range(epochs):
+            for x, y in loader:
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+            total, count = 0.0, 0
+            with torch.no_grad():
+                for x, y in DataLoader(eval_set, batch_size=batch_size):
+                    total += F.cross_entropy(model(x), y, reduction="sum").item()
+                    count += len(y)
+            losses.append(total / count)
+        torch.save(model.state_dict(), checkpoint_path)
+        return losses
+
+    Return the same list on every rank: after each epoch, the mean loss over ALL of eval_set, each
+    sample counted once. Every step takes a full batch of batch_size on every rank, from a
+    DistributedSampler with its defaults (seed 0, shuffled). Rank 0 alone saves the plain model.
+    The checker reads the checkpoint on every rank as soon as your function returns there.
+    Put your imports inside the function: only its code travels to the ranks.
+    """
+    raise NotImplementedError("Exercise 4.3: DDP, DistributedSampler, set_epoch, drop_last, dist.all_reduce, "
+                              "dist.barrier")
+
+
+# %%
+hint("4.3")
+
+# %%
+print(check_ddp_script(train_ddp))
 
 # %% [markdown] id="md-04-38"
 # ## Puzzles

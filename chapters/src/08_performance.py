@@ -4,8 +4,6 @@
 # *Article §8: mixed precision, gradient accumulation, communication, data loading.*
 #
 # Each of the article's four techniques runs here on real ranks and is measured on your machine.
-# Exercise **8.1** gives chapter 4's from-scratch DDP a `no_sync()`; **8.2** is a gradient
-# compression hook written from scratch.
 
 # %% tags=["chapter-header"]
 import disttutor.course.chapters
@@ -16,7 +14,7 @@ disttutor.course.chapters.header(8)
 # %% [markdown] id="md-08-02" tags=["opening"]
 # **After this chapter you can**
 # * use mixed precision with today's `torch.autocast`/`GradScaler` API and say what it gains on CPU and on GPUs;
-# * accumulate gradients under DDP with `no_sync()` and one all-reduce per step (Exercise 8.1), and compress them with a communication hook (Exercise 8.2);
+# * accumulate gradients under DDP with `no_sync()` and one all-reduce per step (Exercises 8.1 and 8.3), and compress them with a communication hook (Exercise 8.2);
 # * tune DDP's buckets, `gradient_as_bucket_view`, `static_graph` and the data loader — each measured on your machine.
 
 # %%
@@ -30,6 +28,7 @@ import torch.distributed as dist
 import disttutor
 from disttutor.data_parallel import amp_reported, bf16_cost, perf
 from disttutor.checks.claims import ch08
+from disttutor.checks.accumulation import check_accumulate_train
 from disttutor.checks.perf import check_compress_hook, check_no_sync
 from disttutor.course.problems import problem  # worked problems, one a cell
 from disttutor.course.puzzles import puzzle  # puzzles, one a cell
@@ -306,6 +305,29 @@ hint("8.1")
 
 # %%
 print(check_no_sync(NoSyncDDP))
+
+# %% [markdown] id="md-08-50"
+# ### Exercise 8.3 — the accumulation loop with torch's DDP
+#
+# Write `accumulate_train` below: this rank's `(x, y)` micro-batches, loss
+# `torch.nn.functional.mse_loss(ddp(x), y)`, one optimizer step and one all-reduce (`ddp.no_sync()`) per
+# group of k. A shorter last group steps too; every group divides its losses by its own size.
+
+# %%
+card("8.3")
+
+# %%
+def accumulate_train(ddp, optimizer, micro_batches, k):
+    """Train a DDP model on this rank's list of (x, y) micro-batches, k per optimizer step. Returns nothing."""
+    raise NotImplementedError("Exercise 8.3: accumulate k micro-batches per step")
+
+
+# %%
+hint("8.3")
+
+
+# %%
+print(check_accumulate_train(accumulate_train))
 
 # %% [markdown] id="md-08-12"
 # ## 3. Communication (article §8.3)

@@ -535,18 +535,19 @@ print(step_check)
 
 # %% [markdown] id="md-10-40"
 # Then 40 steps with your step (the course's own until yours passes) on 1 and on 2 ranks; 2 ranks see
-# twice the windows per step.
+# twice the windows per step. Each run ends with a sample from the same prompt and seed: compare the two.
 
 # %%
 from disttutor.checks.adapter import write_exercise
 
 mine = write_exercise(train_step) if step_check.passed else ""  # your step as a file, once it passes
-side = LMConfig(steps=40, eval_every=40, sample_chars=0, step_source=mine)
+side = LMConfig(steps=40, eval_every=40, sample_chars=60, step_source=mine)
 for n in (1, 2):
     run = disttutor.launch("lm_train", n, side, **LAUNCH)
     val = run.results[0]["history"]["val"]
     print(run.command)
     print(f"{n} rank(s): validation loss {val['0']:.2f} -> {val['40']:.2f}")
+    print(f"  its sample: `{run.results[0]['text_after']!r}`")  # rank 0 generates from "And God said"
 
 # %% [markdown] id="md-10-38"
 # ## Puzzles

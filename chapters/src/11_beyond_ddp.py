@@ -13,7 +13,7 @@ disttutor.course.chapters.header(11)
 
 # %% [markdown] id="md-11-02" tags=["opening"]
 # **After this chapter you can**
-# * shard a model with FSDP2's `fully_shard`, and build ZeRO-1 and FSDP yourself (Exercises 11.1, 11.2);
+# * shard a model with FSDP2's `fully_shard` (also as HSDP), and build ZeRO-1 and FSDP yourself (Exercises 11.1-11.3);
 # * measure the memory each rank really holds and compare it with chapter 1's calculator;
 # * read FSDP's communication (all-gathers, reduce-scatters, prefetching) and its bytes against DDP's.
 
@@ -28,6 +28,7 @@ import disttutor
 from disttutor.checks.claims.ch11 import (check_fsdp2_matches_one_process, check_fsdp_bytes, check_fsdp_checkpoint,
                                           check_fsdp_collectives, check_fsdp_memory, check_flat_vs_per_param,
                                           check_mixed_precision, check_plain_fsdp2, check_strategies_agree)
+from disttutor.checks.hsdp import check_hsdp
 from disttutor.checks.sharding import check_fsdp, check_zero1
 from disttutor.course.problems import problem
 from disttutor.course.puzzles import puzzle
@@ -533,6 +534,31 @@ hint("11.2")
 
 # %%
 print(check_fsdp(FSDP))
+
+# %% [markdown] id="md-11-64"
+# ## Exercise 11.3 — HSDP on a 2-D mesh
+#
+# **HSDP** (hybrid sharded data parallel) shards the model within a node, over its fast links; the nodes are *replicas* that all-reduce gradient shards over the slow link:
+#
+# $$\begin{array}{r|cc} & \text{shard } 0 & \text{shard } 1 \\ \hline \text{replica } 0 \text{ (node } 0) & \text{rank } 0 & \text{rank } 1 \\ \text{replica } 1 \text{ (node } 1) & \text{rank } 2 & \text{rank } 3 \end{array}$$
+#
+# Write `hsdp_train`: the FSDP2 script above on a `(replicas, shards)` mesh named `("replicate", "shard")`; SGD, one step per batch. Checked on 4 ranks, as 2 × 2 and 1 × 4.
+
+# %%
+card("11.3")
+
+# %%
+def hsdp_train(model, batches, loss_fn, replicas, shards, lr):
+    """Shard `model` (each of `model.blocks`, then the root) with HSDP; SGD, one step per (x, y) in `batches`."""
+    raise NotImplementedError("Exercise 11.3: HSDP on a 2-D mesh, then train")
+
+
+# %%
+hint("11.3")
+
+
+# %%
+print(check_hsdp(hsdp_train))
 
 # %% [markdown] id="md-11-63"
 # ## Puzzles

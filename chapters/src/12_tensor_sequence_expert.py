@@ -270,7 +270,7 @@ print(check_block_ring_bytes(SP, s, b, d, t))
 # and gathers again in backward (7,296 bytes here, *derived*).
 
 # %% [markdown] id="md-12-05"
-# ## Exercise 12.3 — sequence parallelism's all-gather and its backward
+# ## Exercise 12.2 — sequence parallelism's all-gather and its backward
 #
 # Write `GatherSeq`, a `torch.autograd.Function`: `forward(ctx, shard)` all-gathers the sequence
 # shards `[seq/t, batch, dim]` in rank order; `backward(ctx, grad)` returns the gradient of this
@@ -279,21 +279,21 @@ print(check_block_ring_bytes(SP, s, b, d, t))
 # alone and inside an SP block.
 
 # %%
-card("12.3")
+card("12.2")
 
 # %%
 class GatherSeq(torch.autograd.Function):
     @staticmethod
     def forward(ctx, shard):
-        raise NotImplementedError("Exercise 12.3: all-gather the sequence shards along dim 0, in rank order")
+        raise NotImplementedError("Exercise 12.2: all-gather the sequence shards along dim 0, in rank order")
 
     @staticmethod
     def backward(ctx, grad):
-        raise NotImplementedError("Exercise 12.3: this rank's rows of the gradient, summed over the ranks")
+        raise NotImplementedError("Exercise 12.2: this rank's rows of the gradient, summed over the ranks")
 
 
 # %%
-hint("12.3")
+hint("12.2")
 
 # %%
 from disttutor.checks.sequence_parallel import check_gather_seq
@@ -311,7 +311,7 @@ print(check_gather_seq(GatherSeq))
 # No rank sees all the scores: each step gives the softmax over *one block* of keys. The **online
 # softmax** (as in FlashAttention) merges those results exactly. A block's result is its output,
 # normalised by its own softmax denominator, and `lse`, the **log-sum-exp** of its scores (the log of
-# that denominator); over two blocks the denominator is `e^lse_a + e^lse_b`. Exercise 12.2, below, has you
+# that denominator); over two blocks the denominator is `e^lse_a + e^lse_b`. Exercise 12.3, below, has you
 # write that merge.
 
 # %% [markdown] id="md-12-13"
@@ -349,7 +349,7 @@ print(check_ring_attention([q["cp"] for q in run.results], TOL))  # n - 1 steps 
 # sequence.
 
 # %% [markdown] id="md-12-29"
-# ## Exercise 12.2 — the online-softmax merge
+# ## Exercise 12.3 — the online-softmax merge
 #
 # Write `merge(out_a, lse_a, out_b, lse_b) -> (out, lse)`: `out_*` are
 # `[..., queries, d]` outputs over two disjoint key blocks, `lse_*` their log-sum-exps `[..., queries]`.
@@ -357,15 +357,15 @@ print(check_ring_attention([q["cp"] for q in run.results], TOL))  # n - 1 steps 
 # that saw no key: `lse = -inf`), then runs the ring with your merge.
 
 # %%
-card("12.2")
+card("12.3")
 
 # %%
 def merge(out_a, lse_a, out_b, lse_b):
-    raise NotImplementedError("Exercise 12.2: weigh each block by its share of the softmax denominator")
+    raise NotImplementedError("Exercise 12.3: weigh each block by its share of the softmax denominator")
 
 
 # %%
-hint("12.2")
+hint("12.3")
 
 # %%
 print(check_merge(merge))

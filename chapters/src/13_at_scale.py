@@ -588,7 +588,8 @@ for name, value in MY.items():
 #   published runs), and says where a row departs from it: hardware variants, attention counting, overlap.
 # * FSDP hides its traffic above $C/W$ tokens per replica per step; TP stays compute-bound up to about
 #   $FW/C$-way, which is why it lives inside an NVLink node.
-# * At 16,384 GPUs a failure every few hours makes checkpoint cost a throughput term: τ = √(2δM).
+# * At 16,384 GPUs a failure every few hours makes checkpoint cost a throughput term; Young–Daly's
+#   interval balances time spent saving against work redone.
 
 # %% [markdown] id="md-13-18" tags=["question"]
 # ## Check your understanding

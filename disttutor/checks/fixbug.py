@@ -208,6 +208,17 @@ def _epochs(fn: Callable, rank: int, world: int, epochs: int, batch: int = 4) ->
     return "; ".join(problems) or None
 
 
+def raised(e: Exception) -> str:
+    """The learner's code raised: one line that names it (a collective's timeout: why it waited).
+    Also used by Exercise 8.3's checker (:mod:`disttutor.checks.accumulation`)."""
+    first = str(e).splitlines()[0] if str(e) else ""
+    # gloo prefixes its errors (also one quoted inside a callback's error) with its build machine's
+    # source path: not for learners
+    text = f"{type(e).__name__}: " + re.sub(r"^\[[^\]]*\] |\[[^\]\s]*\.(?:cc|cpp|h):\d+\] ", "", first)
+    hang = "timed out" in text.lower() or "timeout" in text.lower()
+    return f"your code raised {text[:200]}" + (f" -- {HANG_HINT}" if hang else "")
+
+
 @dataclass(frozen=True)
 class FixBugCheckConfig(LearnerCode):
     exercise: Literal["accumulation", "epochs"] = opt("accumulation", "9.2 accumulation, 9.3 epochs")
@@ -228,12 +239,8 @@ def run(cfg: FixBugCheckConfig) -> None:
         check = _accumulation if cfg.exercise == "accumulation" else _epochs
         try:
             problem = check(fn, ctx.rank, ctx.world_size, cfg.steps)
-        except Exception as e:  # the learner's code raised: one line that names it (a timeout: why)
-            first = str(e).splitlines()[0] if str(e) else ""
-            # gloo prefixes its errors with its build machine's source path: not for learners
-            text = f"{type(e).__name__}: " + re.sub(r"^\[[^\]]*\] ", "", first)
-            hang = "timed out" in text.lower() or "timeout" in text.lower()
-            problem = f"your code raised {text[:200]}" + (f" -- {HANG_HINT}" if hang else "")
+        except Exception as e:
+            problem = raised(e)
         runtime.report(passed=problem is None, **({"problem": problem} if problem else {}))
 
 

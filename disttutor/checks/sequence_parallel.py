@@ -1,4 +1,4 @@
-"""Checker for Exercise 12.3 (chapter 12): sequence parallelism's all-gather, with its backward.
+"""Checker for Exercise 12.2 (chapter 12): sequence parallelism's all-gather, with its backward.
 
 The learner writes ``GatherSeq``, a ``torch.autograd.Function``: ``forward(ctx, shard)`` all-gathers
 the ranks' sequence shards (``[seq/t, batch, dim]``, the sequence first) into the whole sequence in
@@ -190,10 +190,10 @@ def _run(cfg: GatherSeqCheck) -> None:
 
 def check_gather_seq(cls: Callable | str, nprocs: tuple[int, ...] = (2, 4),
                      timeout: float = JOB_TIMEOUT_S) -> CheckResult:
-    """Exercise 12.3: ``GatherSeq`` -- all-gather forward, reduce-scatter backward -- on each of ``nprocs``."""
-    res = CheckResult("12.3", False, ["no launch"])
+    """Exercise 12.2: ``GatherSeq`` -- all-gather forward, reduce-scatter backward -- on each of ``nprocs``."""
+    res = CheckResult("12.2", False, ["no launch"])
     for n in nprocs:
-        res = run_check("12.3", "disttutor.checks.sequence_parallel", cls, function_name(cls, "GatherSeq"), n,
+        res = run_check("12.2", "disttutor.checks.sequence_parallel", cls, function_name(cls, "GatherSeq"), n,
                         timeout=timeout, collective_timeout=COLLECTIVE_TIMEOUT_S, hint=(
                             "a rank waits in a collective another rank never calls: forward and backward must "
                             "each call one collective, on every rank"))

@@ -1,11 +1,11 @@
-"""Checkers for Exercises 12.1 (the row-parallel linear's backward) and 12.2 (the online-softmax merge).
+"""Checkers for Exercises 12.1 (the row-parallel linear's backward) and 12.3 (the online-softmax merge).
 
 * 12.1 ``RowParallelLinear``: a ``torch.autograd.Function`` whose forward (given) computes
   ``all_reduce(x_shard @ w_shard.T) + bias``; the learner writes ``backward``. On 2 ranks each
   rank's three gradients are compared with the matching slices of the unsplit ``nn.Linear``'s, and
   the collectives ``backward`` calls are recorded: it needs none (its output gradient is already
   the same on every rank), so an all-reduce there is rejected even when the numbers come out right.
-* 12.2 ``merge(out_a, lse_a, out_b, lse_b)``: first on cases chosen to catch the usual mistakes
+* 12.3 ``merge(out_a, lse_a, out_b, lse_b)``: first on cases chosen to catch the usual mistakes
   (blocks of very different weight, logits large enough to overflow ``exp``, blocks that saw no key),
   then inside :func:`disttutor.tensor_parallel.ring_attention.ring_attention` on the ranks, against
   full causal attention.
@@ -33,8 +33,8 @@ def check_row_parallel(cls: Callable | str, nproc: int = 2) -> CheckResult:
 
 
 def check_merge(fn: Callable | str, nproc: int = 2) -> CheckResult:
-    """Exercise 12.2: ``merge(out_a, lse_a, out_b, lse_b) -> (out, lse)``, the online-softmax step."""
-    return run_check("12.2", "disttutor.checks.tensor_parallel", fn, function_name(fn, "merge"), nproc,
+    """Exercise 12.3: ``merge(out_a, lse_a, out_b, lse_b) -> (out, lse)``, the online-softmax step."""
+    return run_check("12.3", "disttutor.checks.tensor_parallel", fn, function_name(fn, "merge"), nproc,
                      args={"exercise": "merge"}, timeout=JOB_TIMEOUT_S, collective_timeout=COLLECTIVE_TIMEOUT_S)
 
 

@@ -22,7 +22,7 @@ SPLIT_MODEL_RTOL = 1e-6
 FORMULA_RTOL = 1e-9
 
 #: Tensor, sequence, context and expert parallelism vs the same module in one process (chapter 12,
-#: Exercises 12.1 and 12.2). A contraction split over ranks (partial sums added by an all-reduce or a
+#: Exercises 12.1 and 12.3). A contraction split over ranks (partial sums added by an all-reduce or a
 #: reduce-scatter) or a softmax merged block by block (online softmax) rounds in another order: a
 #: few ulps. Absolute, because the compared gradients of a summed loss reach ~10: measured up to
 #: 4e-6 on 2 and 4 ranks (~1e-7 relative). 1e-4 is 25x headroom, while a real mistake (a bias

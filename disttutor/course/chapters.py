@@ -87,16 +87,13 @@ GLOSSARY_CALL = "disttutor.course.chapters.glossary({})"  # the last cell's call
 
 _HEADER = {
     "en": {"title": "**Chapter {n} — {title}**", "needs": "needs", "runs": "runs", "article": "article",
-           "cost": "about {s:.0f} s top to bottom, measured when this notebook was last built "
-                   "(on {cores} CPU cores, {gpus} GPUs, torch {torch})",
+           "cost": "about {s:.0f} s top to bottom on {cores} CPU cores, {gpus} GPUs, torch {torch} (measured)",
            "unmeasured": "not measured yet (this notebook has not been built by `python3 course.py execute`)",
-           "fails": "| if something fails | run `disttutor doctor` (or `python3 course.py doctor`); "
-                    "chapter 9 lists common errors and their fixes |"},
+           "fails": "| if something fails | run `disttutor doctor`; chapter 9 lists common errors |"},
     "zh": {"title": "**第 {n} 章 — {title}**", "needs": "需要", "runs": "运行", "article": "对应原文",
-           "cost": "从头到尾约 {s:.0f} 秒，为上次构建本 notebook 时实测（{cores} 个 CPU 核、{gpus} 块 GPU、torch {torch}）",
+           "cost": "从头到尾约 {s:.0f} 秒（{cores} 个 CPU 核、{gpus} 块 GPU、torch {torch}，实测）",
            "unmeasured": "尚未测量（本 notebook 还没有用 `python3 course.py execute` 构建过）",
-           "fails": "| 出了问题 | 运行 `disttutor doctor`（或 `python3 course.py doctor`）；"
-                    "第 9 章列出了常见错误及其解决办法 |"},
+           "fails": "| 出了问题 | 运行 `disttutor doctor`；第 9 章列出了常见错误 |"},
 }
 
 

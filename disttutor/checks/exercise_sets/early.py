@@ -51,6 +51,18 @@ EXERCISES: tuple[Exercise, ...] = (
                  "input. Receive into a scratch buffer while reducing, straight into the chunk while gathering, "
                  "and keep every helper inside the function."),
              difficulty="core", minutes=40, kind="build", references=("disttutor.scratch.allreduce",)),
+    Exercise("2.2", 2, "all-reduce from its two halves: reduce-scatter, then all-gather", "all_reduce_from_halves",
+             "disttutor.checks.allreduce:check_halves", "solutions/ex2_2_all_reduce_from_halves.py", (
+                 "Which collective of section 3 leaves each rank one finished piece of the sum, and which hands "
+                 "everyone every piece?",
+                 "The first half leaves rank r with chunk r of the sum; the second copies every rank's finished "
+                 "chunk to everyone, in rank order. Both cut a flat buffer into n chunks of one size, so a tensor "
+                 "whose length n does not divide needs room added that cannot change a sum, and taken off again.",
+                 "Read the documentation of `dist.reduce_scatter_single` and `dist.all_gather_single` (which "
+                 "argument is the output, how big each must be) and of `torch.zeros` and `Tensor.copy_` (it "
+                 "writes through any strides). Work on a flat buffer of your own and write the result back into "
+                 "`tensor`."),
+             difficulty="core", minutes=25, kind="build", references=("disttutor.scratch.allreduce",)),
     Exercise("3.1", 3, "bytes through rank 0 versus the ring", "predict_sent",
              "disttutor.checks.traffic:check_predict_sent", "solutions/ex3_1_predict_sent.py", (
                  "Which tensors leave rank 0 in one step of each pattern: only gradients, or parameters and data "
@@ -96,6 +108,17 @@ EXERCISES: tuple[Exercise, ...] = (
                  "gradients), then wait, average and copy the slices back with `view_as`, and reset the counters."),
              difficulty="stretch", minutes=60, kind="build",
              references=("disttutor.scratch.ddp", "disttutor.scratch.accumulate")),
+    Exercise("4.3", 4, "a single-process training script, turned into DDP", "train_ddp",
+             "disttutor.checks.ddp_script:check_ddp_script", "solutions/ex4_3_ddp_script.py", (
+                 "Which of section 1's numbered lines does a function in a ready process group still need?",
+                 "The wrapper makes the replicas equal and averages gradients; the sampler deals each rank its "
+                 "share, reshuffled per epoch only if told the epoch; full batches keep the ranks' steps in "
+                 "lockstep. A metric over all ranks adds up per-sample sums and counts, each eval sample on one "
+                 "rank. One rank writes the file, and everyone waits for it.",
+                 "Read about `DistributedSampler` (its `set_epoch`), the `drop_last` flag of `DataLoader`, "
+                 "`torch.utils.data.Subset` for a strided eval share, `dist.all_reduce` and `dist.barrier`. Save "
+                 "the plain model inside the wrapper, never the wrapper's own state, and return plain floats."),
+             difficulty="core", minutes=45, kind="build"),
     Exercise("5.1", 5, "torchrun command for a 2-node job", "node_command",
              "disttutor.checks.cluster:check_node_command", "solutions/ex5_1_node_command.py", (
                  "With c10d the agents number the nodes: must node 1's command differ from node 0's? What must both "

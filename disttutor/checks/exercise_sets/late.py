@@ -64,6 +64,18 @@ EXERCISES: tuple[Exercise, ...] = (
                  "`get_future()`, and `torch.futures.Future.then` (the callback gets the future; its `value()` is a "
                  "list of tensors). Return the future that `then` gives back."),
              difficulty="core", minutes=25, kind="build"),
+    Exercise("8.3", 8, "gradient accumulation with torch's DDP and no_sync()", "accumulate_train",
+             "disttutor.checks.accumulation:check_accumulate_train", "solutions/ex8_3_accumulate.py",
+             (
+                 "8 micro-batches in groups of 3: how many steps and all-reduces? How many micro-batches does the "
+                 "last group average?",
+                 "Each optimizer step must see the gradient of the mean loss over what its group holds, added up in "
+                 ".grad by the group's backwards. DDP all-reduces in every backward unless told not to; the one "
+                 "backward that must communicate is the one after which the optimizer reads .grad.",
+                 "Read DDP's `no_sync` and `contextlib.nullcontext` (a context that does nothing). Think group by "
+                 "group, not micro-batch by micro-batch: the group's own size is what its losses share, and the "
+                 "gradients are cleared once per group so that nothing of one group reaches the next."),
+             difficulty="core", minutes=30, kind="build"),
     Exercise("9.1", 9, "find the straggler from the profiler's traces", "find_straggler",
              "disttutor.checks.profiling:check_straggler", "solutions/ex9_1_find_straggler.py",
              (
@@ -150,6 +162,19 @@ EXERCISES: tuple[Exercise, ...] = (
                  "`reduce_scatter_tensor`): you allocate the output, world times the shard for the gather, a world-"
                  "th of the gradient for the scatter."),
              difficulty="core", minutes=30, kind="build", references=("disttutor.scratch.fsdp",)),
+    Exercise("11.3", 11, "HSDP: replicate x shard on a 2-D device mesh with FSDP2", "hsdp_train",
+             "disttutor.checks.hsdp:check_hsdp", "solutions/ex11_3_hsdp.py", (
+                 "In the chapter's FSDP2 script, which one object changes when ranks form replicas of shard "
+                 "groups?",
+                 "The mesh gets two named dims, replicas first: fully_shard replicates over its first dim and "
+                 "shards over its second, so each parameter's rows split only within a shard group of neighbouring "
+                 "ranks and every replica holds the same shards. The rest (a unit per block, the root last, the "
+                 "optimizer after sharding, an unchanged loop) is the script's.",
+                 "Read `init_device_mesh` (a shape tuple and `mesh_dim_names`; the device type comes from the "
+                 "model's parameters) and the `mesh` argument of `fully_shard`. Build the shape from `replicas` "
+                 "and `shards`, never from fixed numbers; then wrap, build SGD with `lr`, and take one step per "
+                 "batch."),
+             difficulty="core", minutes=40, kind="build", references=("disttutor.programs.fsdp2",)),
     Exercise("12.1", 12, "the row-parallel linear's backward", "RowParallelLinear",
              "disttutor.checks.tensor_parallel:check_row_parallel", "solutions/ex12_1_row_parallel.py", (
                  "Is `grad_y` equal on every rank (what did the forward's all-reduce do)? Then does backward need "
@@ -161,19 +186,8 @@ EXERCISES: tuple[Exercise, ...] = (
                  "and find for each gradient the one matrix product, transposed where needed, or the sum over "
                  "tokens whose shape matches; return the three in the forward's argument order."),
              difficulty="warm-up", minutes=10, kind="puzzle"),
-    Exercise("12.2", 12, "the online-softmax merge of ring attention", "merge",
-             "disttutor.checks.tensor_parallel:check_merge", "solutions/ex12_2_online_softmax_merge.py", (
-                 "Each block's output is normalised by its own softmax denominator: what should the merged "
-                 "denominator be, and each block's share?",
-                 "The merged denominator is the sum of the blocks' denominators: each block's output is weighted by "
-                 "its share of that sum, and the merged lse is the log of the sum. Stay in log space: "
-                 "exponentiating the lse values themselves overflows.",
-                 "Read about `torch.logaddexp`; write each block's share as an exponential of a difference of log-"
-                 "sum-exps, broadcast over the last dimension. Where the merged lse is minus infinity (both blocks "
-                 "saw no key), use 0 as the reference in the exponents, or infinity minus infinity gives nan."),
-             difficulty="core", minutes=20, kind="puzzle"),
-    Exercise("12.3", 12, "sequence parallelism's all-gather and its backward", "GatherSeq",
-             "disttutor.checks.sequence_parallel:check_gather_seq", "solutions/ex12_3_gather_seq.py", (
+    Exercise("12.2", 12, "sequence parallelism's all-gather and its backward", "GatherSeq",
+             "disttutor.checks.sequence_parallel:check_gather_seq", "solutions/ex12_2_gather_seq.py", (
                  "Which ranks' column-parallel layers used my rows, and how do their gradients for those rows "
                  "combine?",
                  "Forward lays the ranks' shards one after another along the sequence dimension, in rank order. "
@@ -186,6 +200,17 @@ EXERCISES: tuple[Exercise, ...] = (
                  "scatter. Hand the collectives contiguous tensors: autograd may pass backward a transposed or "
                  "expanded gradient."),
              difficulty="core", minutes=30, kind="build", references=("disttutor.tensor_parallel.sp",)),
+    Exercise("12.3", 12, "the online-softmax merge of ring attention", "merge",
+             "disttutor.checks.tensor_parallel:check_merge", "solutions/ex12_3_online_softmax_merge.py", (
+                 "Each block's output is normalised by its own softmax denominator: what should the merged "
+                 "denominator be, and each block's share?",
+                 "The merged denominator is the sum of the blocks' denominators: each block's output is weighted by "
+                 "its share of that sum, and the merged lse is the log of the sum. Stay in log space: "
+                 "exponentiating the lse values themselves overflows.",
+                 "Read about `torch.logaddexp`; write each block's share as an exponential of a difference of log-"
+                 "sum-exps, broadcast over the last dimension. Where the merged lse is minus infinity (both blocks "
+                 "saw no key), use 0 as the reference in the exponents, or infinity minus infinity gives nan."),
+             difficulty="core", minutes=20, kind="puzzle"),
     Exercise("13.1", 13, "predict a DDP step from the fitted constants", "ddp_step",
              "disttutor.checks.cost_model:check_ddp_step", "solutions/ex13_1_ddp_step.py", (
                  "What does one step spend its time on? With one bucket, when can the all-reduce start?",

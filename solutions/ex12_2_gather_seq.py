@@ -1,9 +1,9 @@
-"""Solution to Exercise 12.3 (chapter 12): sequence parallelism's all-gather, with its backward.
+"""Solution to Exercise 12.2 (chapter 12): sequence parallelism's all-gather, with its backward.
 
 Check it from a notebook or a shell::
 
     from disttutor.checks.sequence_parallel import check_gather_seq
-    print(check_gather_seq("solutions/ex12_3_gather_seq.py"))
+    print(check_gather_seq("solutions/ex12_2_gather_seq.py"))
 """
 import torch
 import torch.distributed as dist

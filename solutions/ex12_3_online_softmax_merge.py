@@ -1,4 +1,4 @@
-"""Exercise 12.2 (chapter 12): merge two partial attentions (the online softmax of ring attention).
+"""Exercise 12.3 (chapter 12): merge two partial attentions (the online softmax of ring attention).
 
 out_a [..., queries, d] is softmax attention over key block A, lse_a [..., queries] the log of its
 softmax denominator (log-sum-exp of the scores); the same for block B. Return the attention over
