@@ -1,4 +1,4 @@
-"""Exercise 8.3 (gradient accumulation with torch's DDP and ``no_sync()``): the checker accepts the
+"""Exercise 8.2 (gradient accumulation with torch's DDP and ``no_sync()``): the checker accepts the
 solution and rejects each realistic slip with the message that names it.
 
 Most slips show on one rank: they run in this process, on a one-rank gloo group, through the same
@@ -24,7 +24,7 @@ SYNC = "with contextlib.nullcontext() if last else ddp.no_sync():"
 
 
 def variant(old: str, new: str) -> str:
-    src = open(os.path.join(ROOT, exercise("8.3").solution)).read()
+    src = open(os.path.join(ROOT, exercise("8.2").solution)).read()
     assert old in src, old
     return src.replace(old, new)
 
@@ -89,7 +89,7 @@ def test_each_slip_is_named_on_one_rank(one_rank, old, new, expected):
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT)
 def test_no_sync_on_every_micro_batch_lets_the_ranks_drift_apart(no_leftovers):
-    r = check("8.3", variant(SYNC, "with ddp.no_sync():"))
+    r = check("8.2", variant(SYNC, "with ddp.no_sync():"))
     assert not r.passed and len(r.problems) == 1, r.problems
     assert r.problems[0].startswith("ranks 0, 1: DDP never all-reduced: every backward ran inside no_sync(), each "
                                     "group's last too"), r.problems
@@ -99,16 +99,17 @@ def test_no_sync_on_every_micro_batch_lets_the_ranks_drift_apart(no_leftovers):
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT)
 def test_without_no_sync_the_all_reduces_are_counted_on_both_ranks(no_leftovers):
-    r = check("8.3", variant(SYNC, "with contextlib.nullcontext():"))
+    r = check("8.2", variant(SYNC, "with contextlib.nullcontext():"))
     assert not r.passed and r.problems == [
         "ranks 0, 1: step 0 (micro-batches 0-2): 3 all-reduces for 3 micro-batches -- the numbers are right, but "
-        "every backward but the group's last belongs inside ddp.no_sync(): one all-reduce per step"], r.problems
+        "every micro-batch but the group's last, its forward and its backward, belongs inside ddp.no_sync(): "
+        "one all-reduce per step"], r.problems
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT)
 def test_a_collective_only_rank_0_calls_ends_in_a_message(no_leftovers):
-    r = check("8.3", variant("        optimizer.zero_grad()\n", "        optimizer.zero_grad()\n        if "
+    r = check("8.2", variant("        optimizer.zero_grad()\n", "        optimizer.zero_grad()\n        if "
                              "torch.distributed.get_rank() == 0:\n            torch.distributed.barrier()\n"))
     text = "\n".join(r.problems)
     assert not r.passed and "Timed out" in text and "if rank == 0: dist.all_reduce(...)" in text, r.problems

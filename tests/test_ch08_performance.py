@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import build_notebooks  # noqa: E402
 
-SOL1, SOL2 = "solutions/ex8_1_no_sync.py", "solutions/ex8_2_compress_hook.py"
+SOL1, SOL2 = "solutions/ex8_1_no_sync.py", "solutions/ex8_3_compress_hook.py"
 SLOW = 600  # seconds: several launches of ~60-120 s each on the loaded shared machine
 
 
@@ -90,7 +90,7 @@ def test_hooks_bytes_and_amp_losses(no_leftovers):
     assert rows["allreduce"]["bytes_per_step"] == g
     assert rows["fp16"]["bytes_per_step"] == rows["learner"]["bytes_per_step"] == g / 2
     assert rows["powersgd"]["bytes_per_step"] < g / 4
-    # Exercise 8.2's solution runs fp16_compress_hook's operations in the same order (cast to fp16, divide
+    # Exercise 8.3's solution runs fp16_compress_hook's operations in the same order (cast to fp16, divide
     # by the world size in fp16, all-reduce, copy back): the same bits on any CPU, so the same losses, step
     # by step. (Dividing in fp32 before the cast rounds differently: on AVX-512 the losses then differ in
     # the 8th digit.)
@@ -162,7 +162,7 @@ def test_exercise_8_1_stub_and_mistake_fail(no_leftovers):  # the solution passe
 @pytest.mark.timeout(SLOW)
 def test_exercise_8_2_stub_and_mistake_fail(no_leftovers):  # the solution passes: tests/test_exercises.py
     r = check_compress_hook(notebook_cell("def fp16_compress_hook"))
-    assert not r.passed and "still a stub -- Exercise 8.2" in str(r)
+    assert not r.passed and "still a stub -- Exercise 8.3" in str(r)
     # Forgetting to average: the sum of 2 ranks' gradients doubles every step's size.
     no_mean = open(SOL2).read().replace(".div_(dist.get_world_size())", "")
     assert no_mean != open(SOL2).read()

@@ -565,7 +565,7 @@ assert len(CASES) + 1 == 12
 # ### Exercise 2.2 — all-reduce from its two halves
 # Your ring was a reduce-scatter, then an all-gather, by hand. Write `all_reduce_from_halves(tensor)`
 # with the library's two collectives instead: 2.1's contract (the sum, in place, `tensor` returned)
-# and cases. `dist.all_reduce` and send/recv are refused; the checker counts your collectives.
+# and cases. `dist.all_reduce` and send/recv are refused; at least one of each half must be called.
 
 # %%
 card("2.2")

@@ -674,9 +674,10 @@ def train_ddp(model, train_set, eval_set, epochs, batch_size, lr, checkpoint_pat
         return losses
 
     Return the same list on every rank: after each epoch, the mean loss over ALL of eval_set, each
-    sample counted once. Every step takes a full batch of batch_size on every rank, from a
+    sample counted once: split eval_set across the ranks (each sample evaluated on exactly one rank)
+    and combine the ranks' sums and counts. Every step takes a full batch of batch_size on every rank, from a
     DistributedSampler with its defaults (seed 0, shuffled). Rank 0 alone saves the plain model.
-    The checker reads the checkpoint on every rank as soon as your function returns there.
+    The checker looks for the checkpoint on every rank as soon as your function returns there.
     Put your imports inside the function: only its code travels to the ranks.
     """
     raise NotImplementedError("Exercise 4.3: DDP, DistributedSampler, set_epoch, drop_last, dist.all_reduce, "

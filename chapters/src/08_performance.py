@@ -14,7 +14,7 @@ disttutor.course.chapters.header(8)
 # %% [markdown] id="md-08-02" tags=["opening"]
 # **After this chapter you can**
 # * use mixed precision with today's `torch.autocast`/`GradScaler` API and say what it gains on CPU and on GPUs;
-# * accumulate gradients under DDP with `no_sync()` and one all-reduce per step (Exercises 8.1 and 8.3), and compress them with a communication hook (Exercise 8.2);
+# * accumulate gradients under DDP with `no_sync()` and one all-reduce per step (Exercises 8.1 and 8.2), and compress them with a communication hook (Exercise 8.3);
 # * tune DDP's buckets, `gradient_as_bucket_view`, `static_graph` and the data loader — each measured on your machine.
 
 # %%
@@ -307,23 +307,24 @@ hint("8.1")
 print(check_no_sync(NoSyncDDP))
 
 # %% [markdown] id="md-08-50"
-# ### Exercise 8.3 — the accumulation loop with torch's DDP
+# ### Exercise 8.2 — the accumulation loop with torch's DDP
 #
 # Write `accumulate_train` below: this rank's `(x, y)` micro-batches, loss
-# `torch.nn.functional.mse_loss(ddp(x), y)`, one optimizer step and one all-reduce (`ddp.no_sync()`) per
-# group of k. A shorter last group steps too; every group divides its losses by its own size.
+# `torch.nn.functional.mse_loss(ddp(x), y)`, one optimizer step and one all-reduce per group of k: every
+# micro-batch but a group's last runs, forward and backward, inside `ddp.no_sync()`. A shorter last group
+# steps too; every group divides its losses by its own size.
 
 # %%
-card("8.3")
+card("8.2")
 
 # %%
 def accumulate_train(ddp, optimizer, micro_batches, k):
     """Train a DDP model on this rank's list of (x, y) micro-batches, k per optimizer step. Returns nothing."""
-    raise NotImplementedError("Exercise 8.3: accumulate k micro-batches per step")
+    raise NotImplementedError("Exercise 8.2: accumulate k micro-batches per step")
 
 
 # %%
-hint("8.3")
+hint("8.2")
 
 
 # %%
@@ -391,7 +392,7 @@ plt.show()
 # *Figure: left, the bytes each hook handed to its collectives per step; right, the loss per step under each hook.*
 
 # %% [markdown] id="md-08-13"
-# ### Exercise 8.2 — a compression hook from scratch
+# ### Exercise 8.3 — a compression hook from scratch
 #
 # Write `fp16_compress_hook(state, bucket)`: `bucket.buffer()` is the bucket's gradients in one fp32
 # tensor; return a `torch.futures.Future` of the **averaged** gradients, sending fewer bytes than fp32
@@ -399,16 +400,16 @@ plt.show()
 # ranks, counts its bytes and compares the loss after 30 steps with fp32's.
 
 # %%
-card("8.2")
+card("8.3")
 
 # %%
 def fp16_compress_hook(state, bucket):
-    raise NotImplementedError("Exercise 8.2: compress bucket.buffer(), all-reduce it asynchronously, "
+    raise NotImplementedError("Exercise 8.3: compress bucket.buffer(), all-reduce it asynchronously, "
                               "return a future of the averaged fp32 gradients")
 
 
 # %%
-hint("8.2")
+hint("8.3")
 
 
 # %%

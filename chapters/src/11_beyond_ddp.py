@@ -358,7 +358,7 @@ print(check_fsdp_bytes(rows, P, ag_bf16, ag_fp32))
 # `reshard_after_forward=False` keeps each block's full weights from forward to backward: no second all-gather, more memory. **Activation checkpointing** (`torch.utils.checkpoint` around each block) keeps only each block's input and recomputes its activations in backward. Expect at the peak: with resharding, one or two blocks' full weights plus the root's; without it, more; with checkpointing, far fewer activation bytes.
 
 # %% [markdown] id="md-11-41"
-# torch's `FSDPMemTracker` (`torch.distributed._tools`) counts every tensor by kind, on CPU too. The program ran one step under it in three configurations. The first four columns are one snapshot, taken when the total peaks; `ACT_PEAK` is the activations' own peak over the step, which can fall at another moment:
+# torch's `FSDPMemTracker` (`torch.distributed._tools`) counts every tensor the step creates, by kind, on CPU too. The program ran one step under it in three configurations. The first four columns are one snapshot, taken when the total peaks; `ACT_PEAK` is the activations' own peak over the step, which can fall at another moment:
 
 # %%
 mem = {rank: r["memory"] for rank, r in enumerate(F2)}

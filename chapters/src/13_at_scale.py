@@ -74,9 +74,9 @@ import time
 x = torch.zeros(1 << 18)                   # 1 MiB of float32
 times = []
 for _ in range(5):                         # no warm-up, no barrier, this rank's clock only
-    t0 = time.perf_counter()
+    start = time.perf_counter()
     dist.all_reduce(x)
-    times.append(time.perf_counter() - t0)
+    times.append(time.perf_counter() - start)
 "ms per call: " + ", ".join(f"{t * 1e3:.2f}" for t in times)
 
 # %%
@@ -226,31 +226,31 @@ print(f"checked: predicted/measured {lo:.2f}-{hi:.2f}; every run outside 25 % na
 # %% [markdown] id="md-13-06"
 # **Reading it.** A ratio below 1 means the run took longer than α, B and γ account for. The model leaves
 # out work that is neither FLOPs nor bytes on the wire: the optimizer's element-wise update
-# (memory-bound), hooks and copies, Python between kernels. With tiny models that work is a large share
-# of a step, and other processes' load stretches every measured time: where the ratio is below 1, the model is
-# a *lower bound*. On a GPU cluster these terms shrink (fused optimizers,
-# Python running ahead of the GPU), so section 4 uses the same model with one calibration factor per GPU type.
+# (memory-bound), hooks and copies, Python between kernels; the next cells measure how much of the gap
+# that is. Other processes' load stretches every measured time too: where the ratio is below 1, the model is
+# a *lower bound*. On a GPU cluster these terms shrink, so section 4 uses the same model with one calibration factor per GPU type.
 
 # %% [markdown] id="md-13-52" tags=["derivation"]
-# **Two more constants.** Two of the missing terms can be measured the way α, B and γ were:
+# **Two more constants.** $u$ is timed like α, B and γ; $t_0$ is what a small run leaves over.
 #
-# * $u$, seconds per parameter of one optimizer update. `scale_bench` times an SGD and an AdamW step on every
-#   rank at once. An update reads and writes a few bytes per parameter and does little arithmetic, so memory
-#   bandwidth sets its time, not γ. A rank that updates $P_r$ parameters pays $u\,P_r$: all of them under DDP,
+# * $u$, seconds per parameter of one optimizer update, SGD or AdamW, timed on every rank at once. SGD reads and writes 12 bytes per parameter, AdamW several times that, with little
+#   arithmetic: memory traffic sets its time, not γ. A rank that updates $P_r$ parameters pays $u\,P_r$: all of them under DDP,
 #   a $1/n$ shard under FSDP, its own stage's under a pipeline.
-# * $t_0$, a step's fixed cost: the same program with every width 8, where FLOPs and bytes are next to nothing,
-#   minus the model's prediction for that small run. What is left is Python, hooks, copies and the schedule's
-#   actions, the work that does not grow with the widths.
+# * $t_0$, a step's fixed cost: the same program with every hidden width 8 (inputs, outputs, vocabulary and
+#   batch unchanged), where FLOPs and bytes are next to nothing,
+#   minus the model's prediction for it: the work that does not grow with the widths.
 #
-# $$t = \frac{\Phi}{\gamma} + t_\text{comm} + u\,P_r + t_0$$
+# $$t = t_\text{model} + u\,P_r + t_0$$
 #
-# $t_0$ comes from runs other than the ones predicted, so the comparison below still tests the model. Where a
-# ratio stays outside 25 %, the last column names the work still left out.
+# with $t_\text{model}$ the prediction above (compute, exposed communication and, for a pipeline, the bubble).
+# $t_0$ comes from other runs, so the comparison below still tests the model. The line under the table gives
+# the share of each miss the two terms explain; the last column names an unmeasured candidate for the rest.
 
 # %%
-SMALL = {"hidden": (8, 8, 8)}, {"time_dim": 8, "time_ff": 8}, {"width": 8}  # every width 8
+SMALL = {"hidden": (8, 8, 8)}, {"time_dim": 8, "time_ff": 8}, {"width": 8}  # every hidden width 8
 small = [{**cfg, **w} for cfg, w in zip((DDP, FSDP, PIPE), SMALL)]
 small_measured, _ = measure(*small)
+load_small = os.getloadavg()[0]  # the width-8 runs that give t0 are part of the quiet check too
 small_pred = local.predict_runs(machine, *small, N)
 over = local.Overheads(update_s=bench["update_s_per_elem"],
                        fixed_s={k: local.fixed_overhead(t, small_pred[k]) for k, t in small_measured.items()})
@@ -258,7 +258,7 @@ elems = local.updated_params(DDP, FSDP, PIPE, N)
 pred2 = {k: local.with_overheads(pred[k], *elems[k], over.fixed_s[k], over.update_s) for k in pred}
 print("u, seconds per parameter (measured): " + ", ".join(f"{k} {v * 1e9:.2f} ns" for k, v in over.update_s.items()))
 STILL_MISSING = {  # what is left out once u and t0 are in: named when a prediction still misses
-    "DDP (ch 4)": "256-row matmuls run below γ (fitted on square ones)",
+    "DDP (ch 4)": "the matmuls' own shapes (γ was fitted on square ones)",
     "DDP (ch 11)": "GELU, LayerNorm, the loss: element-wise, memory-bound",
     "FSDP2 (ch 11)": "as DDP, plus FSDP2's copies into and out of its buffers",
     "GPipe (ch 7)": "64-row micro-batch matmuls run below γ (fitted on square ones)",
@@ -267,9 +267,12 @@ rows2 = [{"run": r["run"], "t0 ms": round(pred2[r["run"]]["fixed"] * 1e3, 1),
           "u P_r ms": round(pred2[r["run"]]["update"] * 1e3, 1), **{k: v for k, v in r.items() if k != "run"}}
          for r in compare(pred2, measured, STILL_MISSING)]
 print(format_table(rows2))
+explained = {k: (pred2[k]["total"] - pred[k]["total"]) / (t - pred[k]["total"]) for k, t in measured.items()
+             if t > pred[k]["total"]}  # the share of each miss (measured minus first prediction) u P_r + t0 explain
+print("u P_r + t0 explain, of each miss: " + ", ".join(f"{k} {v:.0%}" for k, v in explained.items()))
 
 # %% tags=["proof"]
-quiet = LOAD_START < CORES / 4 and max(load_before, load_after) <= CORES + 1
+quiet = LOAD_START < CORES / 4 and max(load_before, load_after, load_small) <= CORES + 1
 print(check_local_model(rows, rows2, quiet, f"load {LOAD_START:.1f} at the start, {load_after:.1f} after the runs, "
                                             f"{CORES} cores"))
 
@@ -338,9 +341,9 @@ torch.set_num_threads(1)                   # one core, as each rank computes
 a, b, c = (torch.ones(1 << 23) for _ in range(3))  # 32 MiB each
 times = []
 for _ in range(6):
-    t0 = time.perf_counter()
+    start = time.perf_counter()
     torch.add(a, b, out=c)                 # reads a and b, writes c
-    times.append(time.perf_counter() - t0)
+    times.append(time.perf_counter() - start)
 mem_bw = 3 * a.numel() * 4 / statistics.median(times[1:])  # the first call is a warm-up
 print(f"memory bandwidth, one core here (measured): {mem_bw / 1e9:.1f} GB/s; "
       f"H100 (reported): {hardware.H100_HBM_BW.value / 1e9:,.0f} GB/s")

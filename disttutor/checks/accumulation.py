@@ -1,4 +1,4 @@
-"""Checker for Exercise 8.3 (gradient accumulation with torch's DDP and ``no_sync()``) -- chapter 8.
+"""Checker for Exercise 8.2 (gradient accumulation with torch's DDP and ``no_sync()``) -- chapter 8.
 
 The learner writes the whole loop, ``accumulate_train(ddp, optimizer, micro_batches, k)``: this
 rank's micro-batches in groups of ``k``, one ``optimizer.step()`` per group, the last group shorter
@@ -36,8 +36,8 @@ SHAPE = 1e-3  # "this gradient is c x that one": rounding leaves ~1e-6 of the ot
 
 
 def check_accumulate_train(fn: Callable | str, nproc: int = 2) -> CheckResult:
-    """Exercise 8.3: the accumulation loop under torch's DDP: one all-reduce and one step per group."""
-    return run_check("8.3", "disttutor.checks.accumulation", fn, function_name(fn, "accumulate_train"), nproc,
+    """Exercise 8.2: the accumulation loop under torch's DDP: one all-reduce and one step per group."""
+    return run_check("8.2", "disttutor.checks.accumulation", fn, function_name(fn, "accumulate_train"), nproc,
                      timeout=JOB_TIMEOUT_S, collective_timeout=COLLECTIVE_TIMEOUT_S, hint=HANG_HINT)
 
 
@@ -166,7 +166,7 @@ def examine(fn: Callable, rank: int, world: int) -> str | None:
             return _wrong_grad(s, grp, mine, flat_want, last, previous)
         if len(synced) != 1:  # the model is one bucket: one all-reduce per synchronised backward
             return (f"{where}: {len(synced)} all-reduces for {len(grp)} micro-batches -- the numbers are right, but "
-                    f"every backward but the group's last belongs inside ddp.no_sync(): one all-reduce per step")
+                    f"every micro-batch but the group's last, its forward and its backward, belongs inside ddp.no_sync(): one all-reduce per step")
         opt_ref.step()
         previous = mine
     err = _err(model, ref)

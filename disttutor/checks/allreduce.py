@@ -132,7 +132,7 @@ class _Halves:
         if not absent:
             return None
         return (f"the result is right, but no {' and no '.join(absent)} was called: an all-reduce built from "
-                "other collectives moves more bytes than its two halves (section 3 says what each one moves)")
+                "other collectives moves more bytes than its two halves (section 5 derives what each one sends)")
 
 
 @dataclass(frozen=True)

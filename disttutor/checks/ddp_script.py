@@ -127,8 +127,9 @@ def _eval_problem(everyone: list[dict], world: int) -> str | None:
         count = Counter(i for got in per_rank for i in got)
         twice = sorted(i for i, c in count.items() if c > 1)
         if twice:
-            return (f"epoch {e}: eval sample(s) {twice} were evaluated {max(count.values())} times. A "
-                    f"DistributedSampler pads {N_EVAL} samples to a multiple of {world} by repeating some; a "
+            padded = (f"A DistributedSampler pads {N_EVAL} samples to a multiple of {world} by repeating some; a"
+                      if N_EVAL % world else "A")  # the sampler's padding named only where it can be the cause
+            return (f"epoch {e}: eval sample(s) {twice} were evaluated {max(count.values())} times. {padded} "
                     "metric must count each sample once (give each rank every world-th sample)")
         missed = sorted(set(range(N_EVAL)) - set(count))
         if missed:

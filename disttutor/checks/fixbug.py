@@ -210,7 +210,7 @@ def _epochs(fn: Callable, rank: int, world: int, epochs: int, batch: int = 4) ->
 
 def raised(e: Exception) -> str:
     """The learner's code raised: one line that names it (a collective's timeout: why it waited).
-    Also used by Exercise 8.3's checker (:mod:`disttutor.checks.accumulation`)."""
+    Also used by Exercise 8.2's checker (:mod:`disttutor.checks.accumulation`)."""
     first = str(e).splitlines()[0] if str(e) else ""
     # gloo prefixes its errors (also one quoted inside a callback's error) with its build machine's
     # source path: not for learners

@@ -1,11 +1,11 @@
-"""Checkers for Exercises 8.1 (``no_sync`` for the from-scratch DDP) and 8.2 (a compression hook) -- chapter 8.
+"""Checkers for Exercises 8.1 (``no_sync`` for the from-scratch DDP) and 8.3 (a compression hook) -- chapter 8.
 
 * 8.1 -- :func:`check_no_sync` runs the learner's ``NoSyncDDP`` (a subclass of chapter 4's
   :class:`disttutor.scratch.ddp.BucketedDDP`) on real ranks beside torch's DDP: ``k``
   micro-batches per optimiser step, the first ``k-1`` inside ``no_sync()``. It counts the
   ``dist.all_reduce`` calls per optimiser step (must be one per bucket, not ``k`` per bucket)
   and compares parameters with torch's DDP after every optimiser step.
-* 8.2 -- :func:`check_compress_hook` runs the learner's hook through
+* 8.3 -- :func:`check_compress_hook` runs the learner's hook through
   :mod:`disttutor.programs.comm_hooks` as a real DDP comm hook and checks its bytes per step
   and its loss against the fp32 all-reduce.
 
@@ -39,8 +39,8 @@ def check_no_sync(cls: Callable | str, nproc: int = 2, k: int = 4, steps: int = 
 
 
 def check_compress_hook(fn: Callable | str, nproc: int = 2, steps: int = 30) -> CheckResult:
-    """Exercise 8.2: ``fn(state, bucket) -> Future``: averaged gradients, fewer bytes, same convergence."""
-    return run_check("8.2", "disttutor.programs.comm_hooks", fn, function_name(fn, "fp16_compress_hook"), nproc,
+    """Exercise 8.3: ``fn(state, bucket) -> Future``: averaged gradients, fewer bytes, same convergence."""
+    return run_check("8.3", "disttutor.programs.comm_hooks", fn, function_name(fn, "fp16_compress_hook"), nproc,
                      args={"hooks": ("learner",), "steps": steps}, timeout=150,
                      collective_timeout=COLLECTIVE_TIMEOUT_S,
                      hint="a hook's future never completed: return the all-reduce's future (or one chained on it)")

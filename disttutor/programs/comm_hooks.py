@@ -8,7 +8,7 @@ Each hook trains a fresh DDP replica of the same seeded model on the same batche
   the bf16 hook only with NCCL 2.10+: elsewhere its row says ``refused`` and why;
 * ``powersgd`` -- ``powerSGD_hook`` with rank-1 low-rank approximation and error feedback
   (its first ``start_powerSGD_iter`` steps are plain all-reduces);
-* ``learner`` -- a hook loaded from ``--source FILE --name FUNC``: Exercise 8.2's checker runs the
+* ``learner`` -- a hook loaded from ``--source FILE --name FUNC``: Exercise 8.3's checker runs the
   learner's own from-scratch hook here (the course ships no from-scratch copy: it would be the answer).
 
 Bytes are counted by :class:`disttutor.data_parallel.perf.CommRecorder` as the hooks call ``dist.all_reduce``::
@@ -111,7 +111,7 @@ def train(name: str, cfg: HookConfig, ctx, data, rec: perf.CommRecorder) -> dict
 
 
 def verdict(rows: dict[str, dict], world: int) -> dict:
-    """Exercise 8.2: the learner's hook sends fewer bytes and converges like the fp32 run."""
+    """Exercise 8.3: the learner's hook sends fewer bytes and converges like the fp32 run."""
     ref, me = rows["allreduce"], rows["learner"]
     if "refused" in me:
         return dict(passed=False, problem=f"DDP refused your hook: {me['refused']}")

@@ -122,14 +122,20 @@ def peak_memory(model, opt_, xb, yb) -> dict:
     tensors (``torch.cuda.max_memory_allocated`` is CUDA only), and this one knows FSDP2's categories
     (sharded and unsharded parameters, all-gather and reduce-scatter buffers). The snapshot is taken at
     the moment the total peaks; ``ACT_PEAK`` is the activations' own peak over the step (the activation
-    bytes at the total's peak depend on when gloo's thread frees its buffers, and vary from run to run)."""
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    bytes at the total's peak depend on when gloo's thread frees its buffers, and vary from run to run).
+
+    ``ACT_PEAK`` leaves out the samples taken inside a unit's pre-forward and pre-backward hooks: there
+    the tracker counts the ops that all-gather and unflatten the unit's weights as activations until the
+    hook returns and re-tags them (one block's full weights, not activations)."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPState
 
     class Tracker(FSDPMemTracker):
         act_peak = 0
 
         def _update_peak_stats(self, peak_state) -> None:  # called after every op the tracker sees
             super()._update_peak_stats(peak_state)
+            if self._fsdp_state in (_FSDPState.PRE_FW, _FSDPState.PRE_BW):
+                return  # gathered weights not yet re-tagged: not activations
             for dev_snap in self._curr_mem_snap.values():
                 self.act_peak = max(self.act_peak, *(int(v) for k, v in dev_snap.items() if str(k).endswith("ACT")))
 

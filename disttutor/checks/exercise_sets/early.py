@@ -112,8 +112,8 @@ EXERCISES: tuple[Exercise, ...] = (
              "disttutor.checks.ddp_script:check_ddp_script", "solutions/ex4_3_ddp_script.py", (
                  "Which of section 1's numbered lines does a function in a ready process group still need?",
                  "The wrapper makes the replicas equal and averages gradients; the sampler deals each rank its "
-                 "share, reshuffled per epoch only if told the epoch; full batches keep the ranks' steps in "
-                 "lockstep. A metric over all ranks adds up per-sample sums and counts, each eval sample on one "
+                 "share (padded to equal size), reshuffled per epoch only if told the epoch; the task asks for full "
+                 "batches, so the last partial one is dropped. A metric over all ranks adds up per-sample sums and counts, each eval sample on one "
                  "rank. One rank writes the file, and everyone waits for it.",
                  "Read about `DistributedSampler` (its `set_epoch`), the `drop_last` flag of `DataLoader`, "
                  "`torch.utils.data.Subset` for a strided eval share, `dist.all_reduce` and `dist.barrier`. Save "

@@ -51,8 +51,21 @@ EXERCISES: tuple[Exercise, ...] = (
                  "on exit). Give the wrapper its flag (default: sync) and, in `_grad_ready`, hand over to the "
                  "parent class's method only when syncing."),
              difficulty="core", minutes=20, kind="build", references=("disttutor.scratch.accumulate",)),
-    Exercise("8.2", 8, "a gradient-compression communication hook", "fp16_compress_hook",
-             "disttutor.checks.perf:check_compress_hook", "solutions/ex8_2_compress_hook.py",
+    Exercise("8.2", 8, "gradient accumulation with torch's DDP and no_sync()", "accumulate_train",
+             "disttutor.checks.accumulation:check_accumulate_train", "solutions/ex8_2_accumulate.py",
+             (
+                 "8 micro-batches in groups of 3: how many steps and all-reduces? How many micro-batches does the "
+                 "last group average?",
+                 "Each optimizer step must see the gradient of the mean loss over what its group holds, added up in "
+                 ".grad by the group's backwards. DDP all-reduces in every backward unless told not to; the one "
+                 "backward that must communicate is the one after which the optimizer reads .grad, and DDP "
+                 "decides that at the forward.",
+                 "Read the documentation of DDP's `no_sync` (which steps it must enclose). Think group by "
+                 "group, not micro-batch by micro-batch: the group's own size is what its losses share, and the "
+                 "gradients are cleared once per group so that nothing of one group reaches the next."),
+             difficulty="core", minutes=30, kind="build"),
+    Exercise("8.3", 8, "a gradient-compression communication hook", "fp16_compress_hook",
+             "disttutor.checks.perf:check_compress_hook", "solutions/ex8_3_compress_hook.py",
              (
                  "What does DDP hand the hook, what must it return, and when are the numbers ready? Where could "
                  "fp16 overflow?",
@@ -64,18 +77,6 @@ EXERCISES: tuple[Exercise, ...] = (
                  "`get_future()`, and `torch.futures.Future.then` (the callback gets the future; its `value()` is a "
                  "list of tensors). Return the future that `then` gives back."),
              difficulty="core", minutes=25, kind="build"),
-    Exercise("8.3", 8, "gradient accumulation with torch's DDP and no_sync()", "accumulate_train",
-             "disttutor.checks.accumulation:check_accumulate_train", "solutions/ex8_3_accumulate.py",
-             (
-                 "8 micro-batches in groups of 3: how many steps and all-reduces? How many micro-batches does the "
-                 "last group average?",
-                 "Each optimizer step must see the gradient of the mean loss over what its group holds, added up in "
-                 ".grad by the group's backwards. DDP all-reduces in every backward unless told not to; the one "
-                 "backward that must communicate is the one after which the optimizer reads .grad.",
-                 "Read DDP's `no_sync` and `contextlib.nullcontext` (a context that does nothing). Think group by "
-                 "group, not micro-batch by micro-batch: the group's own size is what its losses share, and the "
-                 "gradients are cleared once per group so that nothing of one group reaches the next."),
-             difficulty="core", minutes=30, kind="build"),
     Exercise("9.1", 9, "find the straggler from the profiler's traces", "find_straggler",
              "disttutor.checks.profiling:check_straggler", "solutions/ex9_1_find_straggler.py",
              (

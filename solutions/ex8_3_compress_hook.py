@@ -1,4 +1,4 @@
-"""Solution to Exercise 8.2 (chapter 8): a gradient-compression communication hook from scratch.
+"""Solution to Exercise 8.3 (chapter 8): a gradient-compression communication hook from scratch.
 
 DDP calls a communication hook once per gradient bucket, with ``bucket.buffer()`` -- the
 bucket's gradients flattened into one fp32 tensor -- and expects a ``Future`` that

@@ -1,9 +1,9 @@
-"""Solution to Exercise 8.3 (chapter 8): gradient accumulation with torch's DDP and ``no_sync()``.
+"""Solution to Exercise 8.2 (chapter 8): gradient accumulation with torch's DDP and ``no_sync()``.
 
 Check it from a notebook or a shell::
 
     from disttutor.checks.accumulation import check_accumulate_train
-    print(check_accumulate_train("solutions/ex8_3_accumulate.py"))
+    print(check_accumulate_train("solutions/ex8_2_accumulate.py"))
 """
 import contextlib
 
