@@ -57,8 +57,6 @@ class Recorded:
 
     def __getitem__(self, i):
         log, i = self.log, int(i)
-        if self.kind == "eval" and log["phase"] == "train":  # an epoch's training is over: say how far this rank got
-            log["on_epoch_end"]([len(t) for t in log["train"]])  # kept even if the rank dies in a collective later
         if self.kind == "train" and log["phase"] == "eval":
             log["epoch"] += 1  # training again after an evaluation: the next epoch
         log["phase"] = self.kind
@@ -66,6 +64,8 @@ class Recorded:
             log["train"].append([])
             log["eval"].append([])
         log[self.kind][log["epoch"]].append(i)
+        if self.kind == "train":  # how far this rank got, read by read: kept if it dies in a collective later
+            log["on_read"]([len(t) for t in log["train"]])  # (a rank one step ahead never reaches its eval set)
         return self.x[i], self.y[i]
 
 
@@ -221,7 +221,7 @@ def _check(fn: Callable, rank: int, world: int, run_dir: str) -> dict[str, Any]:
 
     xt, yt, xe, ye = make_data()
     log: dict[str, Any] = {"phase": "", "epoch": 0, "train": [], "eval": [],
-                           "on_epoch_end": lambda reads: runtime.report(train_reads=reads)}
+                           "on_read": lambda reads: runtime.report(train_reads=reads)}
     model, path = make_model(rank), os.path.join(run_dir, "checkpoint.pt")
     with _watch_saves(rank, path) as saves:
         try:
