@@ -40,6 +40,8 @@ def test_pipeline_matches_reference_and_simulator(schedule, nproc, m, v, no_left
     res = launch("pipeline", nproc=nproc, args={"schedule": schedule, "microbatches": m, "stages_per_rank": v,
                                                 "steps": 2}, timeout=150, collective_timeout=60, stream=False)
     _check_matches_reference(res, steps=2)
+    for r in res.results:  # every step's time, the last one also as step_s
+        assert len(r["steps_s"]) == 2 and r["steps_s"][-1] == r["step_s"] and min(r["steps_s"]) > 0
     assert [r["stages"] for r in res.results] == [list(range(k, nproc * v, nproc)) for k in range(nproc)]
     # torch's schedule issues, rank by rank, exactly the actions the simulator draws (same order).
     expected = [[(a.kind, a.mb, a.stage) for a in acts] for acts in rank_orders(PipeSpec(schedule, nproc, m, v))]

@@ -154,6 +154,73 @@ def test_overhead_terms_by_hand():
     assert local.predict_runs(m, ddp, fsdp, pipe, 2)["DDP (ch 4)"] == base
 
 
+def test_profiled_compute_by_hand():
+    m = C.Machine({op: C.Link(1e-4, 1e9) for op in C.COLLECTIVES}, gamma=1e11, n=2)
+    ddp = {"hidden": (512,), "batch": 64, "bucket_cap": 1 << 22}
+    fsdp = {"time_dim": 32, "time_ff": 64, "batch": 8}
+    pipe = {"width": 64, "layers_per_stage": 1, "batch": 32, "microbatches": 4}
+    assert local.compute_args(ddp, fsdp, pipe, 2) == {
+        "models": ("mlp", "tinylm", "stage"), "rows": (32, 4, 8), "hidden": (512,), "dim": 32, "ff": 64,
+        "width": 64, "layers_per_stage": 1, "microbatches": 4}
+    pred = local.predict_runs(m, ddp, fsdp, pipe, 2)
+    alone = {"mlp": 0.010, "tinylm": 0.020, "stage": 0.040}
+    got = local.profiled(pred, alone, 4, 2)
+    # measured compute replaces FLOPs / gamma; the communication is the first model's
+    assert got["DDP (ch 4)"]["total"] == pytest.approx(0.010 + pred["DDP (ch 4)"]["comm"])
+    for run in ("DDP (ch 11)", "FSDP2 (ch 11)"):  # both compute the TinyLM's forward and backward
+        assert got[run]["compute"] == 0.020 and got[run]["comm"] == pred[run]["comm"]
+    # GPipe: the slowest rank's m micro-batches, plus p - 1 idle slots of t_c / m
+    assert got["GPipe (ch 7)"]["bubble"] == pytest.approx(0.040 / 4)
+    assert got["GPipe (ch 7)"]["total"] == pytest.approx(0.040 * 5 / 4 + pred["GPipe (ch 7)"]["comm"])
+    # measured hand-offs: each of the 2 (p - 1) phases waits for the slowest of its m = 4
+    with_h = local.profiled(pred, alone, 4, 2, handoffs=[0.001, 0.003])
+    assert with_h["GPipe (ch 7)"]["comm"] == pytest.approx(2 * local.expected_max([0.001, 0.003], 4))
+    assert with_h["DDP (ch 4)"] == got["DDP (ch 4)"]  # only the pipeline hands off
+
+
+def test_expected_max_by_hand():
+    # two equally likely values: the largest of k draws is the small one only if every draw is (1/2**k)
+    assert local.expected_max([1.0, 3.0], 1) == pytest.approx(2.0)
+    assert local.expected_max([3.0, 1.0], 4) == pytest.approx(1 / 16 + 3 * 15 / 16)
+    assert local.expected_max([2.0] * 5, 7) == pytest.approx(2.0)
+    rng = random.Random(0)  # against sampling: 20,000 maxima of 4 draws
+    xs = [rng.expovariate(1.0) for _ in range(20)]
+    sim = sum(max(rng.choice(xs) for _ in range(4)) for _ in range(20000)) / 20000
+    assert local.expected_max(xs, 4) == pytest.approx(sim, rel=0.03)  # 3 %: sampling error of 20,000 maxima
+    with pytest.raises(ValueError, match="k >= 1"):
+        local.expected_max([1.0], 0)
+
+
+@pytest.mark.timeout(120)
+def test_compute_bench_program(no_leftovers):
+    import disttutor
+
+    pipe = {"width": 32, "layers_per_stage": 1, "batch": 16, "microbatches": 2}
+    args = local.compute_args({"hidden": (32, 32), "batch": 16}, {"time_dim": 16, "time_ff": 32, "batch": 4}, pipe, 2)
+    res = disttutor.launch("compute_bench", nproc=2, args={**args, "iters": 2, "warmup": 1}, stream=False, timeout=60)
+    r = res.results
+    for model in ("mlp", "tinylm", "stage"):
+        assert r[0]["seconds"][model] > 0 and len(r[0]["times_s"][model]) == 2, model
+        assert r[0]["times_s"][model] == r[1]["times_s"][model]  # every rank reports the slowest rank's
+    params = {model: [x["params"][model] for x in r] for model in r[0]["params"]}
+    # each rank times its own stage: the layers chapter 13's model counts
+    assert params["stage"] == local.stage_params(16, 32, 4, 1, 2)
+    assert params["mlp"] == [sum(local.mlp_param_bytes([16, 32, 32, 4])) // 4] * 2
+    # TinyLM: the tied weight once, the frozen positional table too
+    assert params["tinylm"] == [sum(local.tinylm_units(16, 32, local.VOCAB, local.SEQ).values())] * 2
+
+
+def test_compute_bench_rejects_bad_input():
+    from disttutor.programs.compute_bench import ComputeBenchConfig
+
+    with pytest.raises(ValueError, match=r"unknown model\(s\) \['cnn'\]; choose from mlp, tinylm, stage"):
+        ComputeBenchConfig(models=("mlp", "cnn"), rows=(8, 8))
+    with pytest.raises(ValueError, match=r"--rows needs one count >= 1 per model \(2\), got \(8,\)"):
+        ComputeBenchConfig(models=("mlp", "stage"), rows=(8,))
+    with pytest.raises(ValueError, match="hidden widths"):
+        ComputeBenchConfig(hidden=(8, 0))
+
+
 def test_hardware_constants_are_tagged():
     for hw in hardware.PRESETS.values():
         for name, c in hw.constants().items():
@@ -168,7 +235,9 @@ def test_scale_bench_program(no_leftovers):
     import disttutor
 
     res = disttutor.launch("scale_bench", nproc=2, args={"sizes": (4096, 1 << 20), "iters": 2, "matmul": (64, 128),
-                                                         "checkpoint_mb": 1.0}, stream=False, timeout=100)
+                                                         "checkpoint_mb": 1.0, "handoff_bytes": 4096,
+                                                         "handoff_busy_ms": 2.0, "handoff_iters": 3},
+                           stream=False, timeout=100)
     r = res.results[0]
     assert {row["op"] for row in r["rows"]} == set(C.COLLECTIVES)
     assert all(row["time_s"] > 0 for row in r["rows"]) and len(r["rows"]) == 8
@@ -181,6 +250,10 @@ def test_scale_bench_program(no_leftovers):
     # both optimizers' updates timed, per element; AdamW does more element-wise passes than plain SGD
     u = r["update_s_per_elem"]
     assert set(u) == {"sgd", "adamw"} and u["adamw"] > u["sgd"] > 0
+    # the hand-off: rank 1's arrival times, one per iteration, their mean
+    h = r["handoff"]
+    assert h["bytes"] == 4096 and len(h["times_s"]) == 3 and min(h["times_s"]) > 0
+    assert h["mean_s"] == pytest.approx(sum(h["times_s"]) / 3)
 
 
 def test_figures_and_planner_view():
@@ -222,3 +295,30 @@ def test_problems_answers_and_checker(capsys):
         problems.check("bubble", 0.1)
     with pytest.raises(ValueError, match="no problem"):
         problems.answer("nope")
+
+
+def test_scale_bench_handoff_rejects_bad_input():
+    from disttutor.programs.scale_bench import ScaleBenchConfig
+
+    with pytest.raises(ValueError, match="handoff_busy_ms must be > 0, got 0.0"):
+        ScaleBenchConfig(handoff_busy_ms=0.0)
+    with pytest.raises(ValueError, match="handoff_bytes"):
+        ScaleBenchConfig(handoff_bytes=-1)
+
+
+@pytest.mark.timeout(120)
+def test_sharding_time_mode_reports_what_chapter_13_predicts(no_leftovers):
+    import platform
+
+    import disttutor
+
+    res = disttutor.launch("sharding", nproc=2, args={"time": True, "batch": 8, "steps": 2, "rounds": 2,
+                                                      "time_dim": 16, "time_ff": 32}, stream=False, timeout=100)
+    t = res.results[0]["timing"]
+    assert set(t["step_ms"]) == {"ddp", "fsdp2"} and all(len(v) == 2 for v in t["samples_ms"].values())
+    # the two FSDP2 units the program wraps are the ones the model counts
+    units = local.tinylm_units(16, 32, local.VOCAB, local.SEQ)
+    assert t["unit_params"] == {"mlp": units["mlp"], "root": units["root"]}
+    assert t["local_tokens"] == 8 // 2 * local.SEQ
+    # subnormals flushed where torch supports it (x86 with SSE3, AArch64), and said so
+    assert t["flush_denormal"] is (platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64"))

@@ -220,7 +220,7 @@ def train(cfg: PipeConfig, ctx, x, y, pp_rank: int, pp_size: int, group=None, af
     opt = torch.optim.SGD(params, lr=cfg.lr)
     is_first, is_last = 0 in mine, n_stages - 1 in mine
     x, y = x.to(ctx.device), y.to(ctx.device)
-    losses, events, t_step, cpu_step = [], [], 0.0, 0.0
+    losses, events, t_step, cpu_step, steps_s = [], [], 0.0, 0.0, []
     for step in range(cfg.steps):
         opt.zero_grad()
         t_start = runtime.barrier_time()  # every rank leaves the barrier together: a shared time zero
@@ -234,11 +234,12 @@ def train(cfg: PipeConfig, ctx, x, y, pp_rank: int, pp_size: int, group=None, af
             after_backward(params)
         opt.step()
         t_step, cpu_step = time.perf_counter() - t_start, time.process_time() - c_start
+        steps_s.append(t_step)
         events = recorder.stop()
         if is_last:
             losses.append(torch.stack(mb_losses).mean().item())  # mean of equal micro-batch means
         runtime.progress(step + 1, cfg.steps, desc=f"{cfg.schedule} pipeline")
-    return dict(stages=mine, losses=losses, events=events, step_s=t_step, step_cpu_s=cpu_step,
+    return dict(stages=mine, losses=losses, events=events, step_s=t_step, steps_s=steps_s, step_cpu_s=cpu_step,
                 slot_cpu=recorder.slot_cpu,
                 stages_obj=stages, reference=reference, n_stages=n_stages, is_last=is_last)
 
@@ -254,7 +255,7 @@ def run(cfg: PipeConfig) -> None:
         x, y = data.tensors
         out = train(cfg, ctx, x, y, pp_rank=ctx.rank, pp_size=ctx.world_size)
         report = dict(schedule=cfg.schedule, stages=out["stages"], events=out["events"], step_s=out["step_s"],
-                      step_cpu_s=out["step_cpu_s"], slot_cpu=out["slot_cpu"])
+                      steps_s=out["steps_s"], step_cpu_s=out["step_cpu_s"], slot_cpu=out["slot_cpu"])
         if cfg.reference:
             report.update(ref_losses=reference_losses(cfg, out["reference"], x, y),
                           max_weight_diff=compare(out["stages_obj"], out["stages"], out["reference"], cfg,

@@ -7,7 +7,9 @@ then ``--iters`` timed calls, each right after a barrier; a call's time is its *
 ``send_recv`` is rank 0 sending to rank 1 while the other ranks wait. Then every rank multiplies
 ``n x n`` float32 matrices *at the same time* (as ranks compute together in training) for each
 ``--matmul`` size: gamma is the slowest rank's FLOP/s. Then every rank times an SGD and an AdamW update of
-``--update-elems`` parameters (memory-bound: seconds per element). Last, every rank saves a model with AdamW
+``--update-elems`` parameters (memory-bound: seconds per element). Then a pipeline's hand-off: rank 0 sends
+``--handoff-bytes`` to rank 1 and computes at once for ``--handoff-busy-ms`` (as a stage starts its next
+micro-batch); rank 1 times the arrival, ``--handoff-iters`` times. Last, every rank saves a model with AdamW
 state of about ``--checkpoint-mb`` MB with chapter 10's :mod:`disttutor.lm.checkpoint` (atomic, DCP)::
 
     disttutor run scale_bench -n 2 -- --sizes 4096 1048576 --iters 5
@@ -40,6 +42,9 @@ class ScaleBenchConfig:
     matmul_reps: int = opt(5, "matmuls per timed block")
     checkpoint_mb: float = opt(8.0, "size of the model + AdamW state saved once per rank (0: skip)")
     update_elems: int = opt(1 << 20, "float32 elements each optimizer's update is timed on (0: skip)")
+    handoff_bytes: int = opt(0, "bytes of one hand-off sent while the sender computes (0: skip)")
+    handoff_busy_ms: float = opt(10.0, "how long the sender computes right after the send")
+    handoff_iters: int = opt(20, "hand-offs timed (their mean is reported)")
 
     def __post_init__(self):
         bad = [o for o in self.ops if o not in OPS]
@@ -50,7 +55,10 @@ class ScaleBenchConfig:
         if not self.matmul or any(n < 8 or n > 4096 for n in self.matmul):
             raise ValueError(f"matmul sizes must be between 8 and 4096, got {self.matmul}")
         require_positive(self, "iters", "matmul_reps")
-        require_non_negative(self, "warmup", "checkpoint_mb", "update_elems")
+        require_non_negative(self, "warmup", "checkpoint_mb", "update_elems", "handoff_bytes")
+        require_positive(self, "handoff_iters")
+        if not self.handoff_busy_ms > 0:
+            raise ValueError(f"handoff_busy_ms must be > 0, got {self.handoff_busy_ms}")
 
 
 def make_call(op: str, nbytes: int, ctx):
@@ -138,6 +146,31 @@ def time_updates(cfg: ScaleBenchConfig, ctx) -> dict:
     return out
 
 
+def time_handoff(cfg: ScaleBenchConfig, ctx) -> dict:
+    """Rank 0 sends, then computes at once; rank 1 times from the shared barrier to the data's arrival. With
+    one core per rank, the sender's communication thread waits for the core its compute holds."""
+    x = torch.zeros(max(1, cfg.handoff_bytes // 4), device=ctx.device)
+    a, b = torch.randn(256, 256, device=ctx.device), torch.randn(256, 256, device=ctx.device)
+    own = []
+    for it in range(1 + cfg.handoff_iters):           # the first is a warm-up
+        dist.barrier()
+        t0 = time.perf_counter()
+        if ctx.rank == 0:
+            work = dist.isend(x, 1)
+            while time.perf_counter() - t0 < cfg.handoff_busy_ms / 1e3:
+                torch.mm(a, b)                          # the next micro-batch's compute
+            work.wait()
+        elif ctx.rank == 1:
+            dist.recv(x, 0)
+        if it:
+            own.append(time.perf_counter() - t0)
+    every = [torch.zeros(cfg.handoff_iters, dtype=torch.float64) for _ in range(ctx.world_size)]
+    dist.all_gather(every, torch.tensor(own, dtype=torch.float64))
+    arrivals = every[1].tolist()
+    return {"bytes": x.numel() * 4, "busy_ms": cfg.handoff_busy_ms, "times_s": arrivals,
+            "mean_s": statistics.fmean(arrivals)}
+
+
 def time_checkpoint(cfg: ScaleBenchConfig, ctx) -> dict:
     """One save of a model + AdamW state with chapter 10's checkpoint code (every rank writes its part)."""
     from disttutor.lm import checkpoint
@@ -165,15 +198,16 @@ def time_checkpoint(cfg: ScaleBenchConfig, ctx) -> dict:
 
 def run(cfg: ScaleBenchConfig) -> None:
     with runtime.setup() as ctx:
-        if "send_recv" in cfg.ops and ctx.world_size < 2:
-            raise ValueError("send_recv needs at least 2 ranks")
+        if ("send_recv" in cfg.ops or cfg.handoff_bytes) and ctx.world_size < 2:
+            raise ValueError("send_recv and the hand-off need at least 2 ranks")
         torch.set_num_threads(1)  # one core per rank, as every rank of the course runs
         rows = time_collectives(cfg, ctx)
         mm = time_matmuls(cfg, ctx)
         ckpt = time_checkpoint(cfg, ctx) if cfg.checkpoint_mb > 0 else None
         updates = time_updates(cfg, ctx) if cfg.update_elems > 0 else None
+        handoff = time_handoff(cfg, ctx) if cfg.handoff_bytes > 0 else None
         if ctx.rank == 0:
-            runtime.report(rows=rows, matmul=mm, checkpoint=ckpt, update_s_per_elem=updates,
+            runtime.report(rows=rows, matmul=mm, checkpoint=ckpt, update_s_per_elem=updates, handoff=handoff,
                            world_size=ctx.world_size, backend=ctx.backend)
         else:
             runtime.report(world_size=ctx.world_size)

@@ -13,8 +13,10 @@ alpha/beta (per collective) and gamma alone, *before* it is launched:
 
 The first model leaves out the optimiser's element-wise work and other memory-bound ops (no FLOP
 count describes them), Python and framework overhead per op, and any overlap of communication with
-compute. :class:`Overheads` adds two measured terms back: the update, per parameter element, and a
-fixed per-step cost fitted on a width-8 run of the same program (:func:`with_overheads`).
+compute. Three measured terms refine it: the compute itself, each run's forward and backward timed alone
+(``compute_bench``, :func:`compute_args`, :func:`profiled`) in place of FLOPs / gamma; and in
+:class:`Overheads`, the update, per parameter element, and a fixed per-step cost fitted on a width-8 run
+of the same program (:func:`with_overheads`).
 """
 from __future__ import annotations
 
@@ -149,6 +151,48 @@ def predict_runs(m: Machine, ddp: dict, fsdp: dict, pipe: dict, n: int) -> dict[
             "DDP (ch 11)": shard["ddp"], "FSDP2 (ch 11)": shard["fsdp2"],
             "GPipe (ch 7)": pipeline_step(m, 16, pipe["width"], 4, pipe["layers_per_stage"], pipe["batch"],
                                           pipe["microbatches"], n)}
+
+
+RUN_MODEL = {"DDP (ch 4)": "mlp", "DDP (ch 11)": "tinylm", "FSDP2 (ch 11)": "tinylm", "GPipe (ch 7)": "stage"}
+
+
+def compute_args(ddp: dict, fsdp: dict, pipe: dict, n: int) -> dict:
+    """``compute_bench``'s arguments for the three runs' compute alone: one rank's rows (the pipeline: its
+    micro-batch rows and count), the same layers. DDP and FSDP2 on the TinyLM compute the same thing."""
+    return {"models": ("mlp", "tinylm", "stage"),
+            "rows": (ddp["batch"] // n, fsdp["batch"] // n, pipe["batch"] // pipe["microbatches"]),
+            "hidden": tuple(ddp["hidden"]), "dim": fsdp["time_dim"], "ff": fsdp["time_ff"],
+            "width": pipe["width"], "layers_per_stage": pipe["layers_per_stage"],
+            "microbatches": pipe["microbatches"]}
+
+
+def expected_max(samples: list[float], k: int) -> float:
+    """The expected largest of ``k`` independent draws from ``samples`` (each equally likely): with the
+    samples sorted, the i-th (1-based) is the largest with probability ``(i/N)**k - ((i-1)/N)**k``."""
+    xs, n = sorted(samples), len(samples)
+    if not n or k < 1:
+        raise ValueError(f"expected_max needs samples and k >= 1, got {n} samples, k = {k}")
+    return sum(x * (((i + 1) / n) ** k - (i / n) ** k) for i, x in enumerate(xs))
+
+
+def profiled(pred: dict[str, dict], alone: dict[str, float], microbatches: int, p: int,
+             handoffs: list[float] | None = None) -> dict[str, dict]:
+    """The first model with its compute replaced by the measured one (``alone``: seconds by model, as
+    ``compute_bench`` reports them): DDP and FSDP2 add their communication to it; the pipeline's slowest
+    rank computes its ``m`` micro-batches in ``alone`` and idles ``p - 1`` slots of ``alone / m`` (the bubble).
+    ``handoffs``: measured times of a hand-off sent while its sender computes (``scale_bench``); each of the
+    pipeline's ``2 (p - 1)`` fill and drain phases then waits for the slowest of its ``m`` hand-offs."""
+    out = {}
+    for run, parts in pred.items():
+        t_c = alone[RUN_MODEL[run]]
+        new = {**parts, "compute": t_c}
+        if "bubble" in parts:
+            new["bubble"] = t_c * (p - 1) / microbatches
+            if handoffs is not None:
+                new["comm"] = 2 * (p - 1) * expected_max(handoffs, microbatches)
+        new["total"] = t_c + new.get("bubble", 0.0) + new["comm"]
+        out[run] = new
+    return out
 
 
 def updated_params(ddp: dict, fsdp: dict, pipe: dict, n: int) -> dict[str, tuple[int, str]]:
