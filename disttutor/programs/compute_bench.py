@@ -102,6 +102,8 @@ def time_blocks(cfg: ComputeBenchConfig, model: str, rows: int, ctx) -> list[flo
         outs = [module(x) for x in xs]       # every forward, then every backward (GPipe's order)
         for i, out in enumerate(outs):
             finish(out, i)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()         # kernels run asynchronously: the block ends when they do
         if it >= cfg.warmup:
             own.append(time.perf_counter() - t0)
     mine = torch.tensor(own, dtype=torch.float64)

@@ -80,6 +80,12 @@ def make_call(op: str, nbytes: int, ctx):
     return (lambda: None), numel * 4
 
 
+def sync(ctx) -> None:
+    """On a GPU, kernels and NCCL calls return before they finish: a timer stops when they have."""
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def slowest(own: list[float], ctx) -> list[float]:
     mine = torch.tensor(own, dtype=torch.float64, device=ctx.device)
     every = [torch.empty_like(mine) for _ in range(ctx.world_size)]
@@ -97,6 +103,7 @@ def time_collectives(cfg: ScaleBenchConfig, ctx) -> list[dict]:
                 dist.barrier()
                 t0 = time.perf_counter()
                 fn()
+                sync(ctx)
                 if it >= cfg.warmup:
                     own[op].append(time.perf_counter() - t0)
         for op, (_, nbytes) in calls.items():
@@ -117,6 +124,7 @@ def time_matmuls(cfg: ScaleBenchConfig, ctx) -> list[dict]:
         t0 = time.perf_counter()
         for _ in range(cfg.matmul_reps):
             torch.mm(a, b)
+        sync(ctx)
         own = (time.perf_counter() - t0) / cfg.matmul_reps
         t = max(slowest([own], ctx))
         rows.append({"n": n, "flops": 2.0 * n**3, "time_s": t})
@@ -141,14 +149,15 @@ def time_updates(cfg: ScaleBenchConfig, ctx) -> dict:
             dist.barrier()
             t0 = time.perf_counter()
             opt_.step()
+            sync(ctx)
             own.append(time.perf_counter() - t0)
         out[name] = statistics.median(slowest(own, ctx)) / cfg.update_elems
     return out
 
 
 def time_handoff(cfg: ScaleBenchConfig, ctx) -> dict:
-    """Rank 0 sends, then computes at once; rank 1 times from the shared barrier to the data's arrival. With
-    one core per rank, the sender's communication thread waits for the core its compute holds."""
+    """Rank 0 sends, then computes at once; rank 1 times from the shared barrier to the data's arrival. When
+    every core runs a rank, the sender's communication thread waits for a core its compute holds."""
     x = torch.zeros(max(1, cfg.handoff_bytes // 4), device=ctx.device)
     a, b = torch.randn(256, 256, device=ctx.device), torch.randn(256, 256, device=ctx.device)
     own = []
@@ -162,6 +171,7 @@ def time_handoff(cfg: ScaleBenchConfig, ctx) -> dict:
             work.wait()
         elif ctx.rank == 1:
             dist.recv(x, 0)
+            sync(ctx)
         if it:
             own.append(time.perf_counter() - t0)
     every = [torch.zeros(cfg.handoff_iters, dtype=torch.float64) for _ in range(ctx.world_size)]
