@@ -30,6 +30,7 @@ from torch import nn
 from disttutor.rank import runtime
 from disttutor.contract.config import require_non_negative, require_positive
 from disttutor.contract.options import cli, opt
+from disttutor.programs.scale_bench import slowest
 
 MODELS = ("mlp", "tinylm", "stage")
 
@@ -106,10 +107,7 @@ def time_blocks(cfg: ComputeBenchConfig, model: str, rows: int, ctx) -> list[flo
             torch.cuda.synchronize()         # kernels run asynchronously: the block ends when they do
         if it >= cfg.warmup:
             own.append(time.perf_counter() - t0)
-    mine = torch.tensor(own, dtype=torch.float64)
-    every = [torch.empty_like(mine) for _ in range(ctx.world_size)]
-    dist.all_gather(every, mine)
-    return torch.stack(every).amax(0).tolist()  # each block's slowest rank
+    return slowest(own, ctx)                 # each block's slowest rank
 
 
 def _params(cfg: ComputeBenchConfig, model: str, ctx) -> int:

@@ -13,10 +13,11 @@ alpha/beta (per collective) and gamma alone, *before* it is launched:
 
 The first model leaves out the optimiser's element-wise work and other memory-bound ops (no FLOP
 count describes them), Python and framework overhead per op, and any overlap of communication with
-compute. Three measured terms refine it: the compute itself, each run's forward and backward timed alone
-(``compute_bench``, :func:`compute_args`, :func:`profiled`) in place of FLOPs / gamma; and in
-:class:`Overheads`, the update, per parameter element, and a fixed per-step cost fitted on a width-8 run
-of the same program (:func:`with_overheads`).
+compute. Four measured terms refine it: the compute itself, each run's forward and backward timed alone
+(``compute_bench``, :func:`compute_args`, :func:`profiled`) in place of FLOPs / gamma; a pipeline hand-off
+sent while its sender computes (``scale_bench --handoff-bytes``, :func:`expected_max`) in place of
+alpha + S/B; and in :class:`Overheads`, the update, per parameter element, and a fixed per-step cost fitted
+on a width-8 run of the same program (:func:`with_overheads`).
 """
 from __future__ import annotations
 
